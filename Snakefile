@@ -1,0 +1,41 @@
+# cfmtrain: the HPDC 2025 MACE case study as one workflow. Setup and targets only;
+# the rules live in workflow/rules/, the logic in the cfmtrain package.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/graphs.smk"
+include: "workflow/rules/stats.smk"
+include: "workflow/rules/bench.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        graph_targets(),
+        stats_targets(),
+        bench_targets(),
+
+
+rule graphs:
+    input:
+        graph_targets(),
+
+
+rule stats:
+    input:
+        stats_targets(),
+
+
+rule benchmark:
+    input:
+        bench_targets(),

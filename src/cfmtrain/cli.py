@@ -1,0 +1,51 @@
+"""The `cfmtrain` command line: one sub-command per pipeline stage.
+
+Each command lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`;
+modules are imported only when their command runs, so `cfmtrain --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from cfmtrain.malloc_env import malloc_env_missing, reexec_with_malloc_env
+
+# command -> (module, help, needs the tuned allocator)
+COMMANDS: dict[str, tuple[str, str, bool]] = {
+    "generate": ("cfmtrain.data.mini", "generate the embedded `mini` data set (extxyz)", False),
+    "download": ("cfmtrain.data.download", "download a registered data set", False),
+    "convert": ("cfmtrain.data.convert", "convert a downloaded data set to extxyz shards", False),
+    "split": ("cfmtrain.data.split", "write the seeded train/valid/test split", False),
+    "graphs": ("cfmtrain.graphs.build", "build radius graphs into an HDF5 shard", False),
+    "stats": ("cfmtrain.stats", "data set statistics: Table 3 and Figure 5", False),
+    "balance": ("cfmtrain.balance.report", "packing-quality table and Figure 12", False),
+    "bench": ("cfmtrain.bench.cli", "benchmarks: graphs, balance, kernels", True),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with one sub-parser per command (arguments added lazily)."""
+    parser = argparse.ArgumentParser(prog="cfmtrain", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="<command>")
+    for name, (_, help_text, _) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns its exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        build_parser().parse_args(argv)  # prints usage or the error, exits
+        return 2
+    name, rest = argv[0], argv[1:]
+    module_name, help_text, heavy = COMMANDS[name]
+    if heavy and malloc_env_missing():
+        reexec_with_malloc_env(argv)
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"cfmtrain {name}", description=help_text)
+    module.add_arguments(parser)
+    args = parser.parse_args(rest)
+    return int(module.run(args) or 0)

@@ -1,0 +1,1 @@
+"""Data sets: the embedded `mini` generator, the registry of real sets, downloads, converters."""

@@ -1,0 +1,255 @@
+"""The registry of data sets: the paper's eight (Table 3) plus the embedded `mini`.
+
+Each entry says where the data comes from (a URL, `manual` with instructions, or `generated`),
+its checksum where one is published (never invented: `None` means the first download records one),
+its format and the converter that turns it into the pipeline's extxyz shards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SOURCES = ("download", "manual", "generated")
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One file to download: URL, the local file name, and its published checksum (or None)."""
+
+    url: str
+    filename: str
+    checksum: str | None = None
+    algorithm: str = "sha256"
+    size: str = ""  # human-readable size as published, for the instructions only
+
+
+@dataclass(frozen=True)
+class SourceKeys:
+    """Where a source keeps its labels (info/array keys, or ASE calculator results)."""
+
+    energy: str = "REF_energy"
+    forces: str = "REF_forces"
+    stress: str | None = "REF_stress"
+    stress_unit: str = "eV/A^3"  # see cfmtrain.data.convert.STRESS_UNITS
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    """One data set: provenance, where to get it, and how to convert it."""
+
+    name: str
+    paper_name: str
+    citation: str
+    doi: str | None
+    license: str
+    source: str  # one of SOURCES
+    format: str  # "mptrj-json", "extxyz", "extxyz-zip", "ase-db", "extxyz|ase-db", ...
+    converter: str | None  # "mptrj", "ase" or None (no converter: see notes)
+    files: tuple[SourceFile, ...] = ()
+    instructions: str = ""
+    keys: SourceKeys = field(default_factory=SourceKeys)
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"dataset {self.name!r}: source {self.source!r} not in {SOURCES}")
+        if self.source == "download" and not self.files:
+            raise ValueError(f"dataset {self.name!r}: a download needs at least one file")
+        if self.source == "manual" and not self.instructions:
+            raise ValueError(f"dataset {self.name!r}: a manual set needs instructions")
+
+    def describe(self) -> str:
+        """A multi-line human description: provenance, source and instructions."""
+        lines = [
+            f"{self.name}: {self.paper_name}",
+            f"  citation: {self.citation}",
+            f"  DOI:      {self.doi or '-'}",
+            f"  license:  {self.license}",
+            f"  source:   {self.source}; format {self.format}; converter {self.converter}",
+        ]
+        for f in self.files:
+            check = f"{f.algorithm} {f.checksum}" if f.checksum else "none published"
+            lines.append(f"  file:     {f.filename} ({f.size or 'size ?'}) <- {f.url}")
+            lines.append(f"            checksum: {check}")
+        if self.instructions:
+            lines.append("  instructions:")
+            lines.extend(f"    {line}" for line in self.instructions.strip().splitlines())
+        if self.notes:
+            lines.append(f"  notes: {self.notes}")
+        return "\n".join(lines)
+
+
+_MANUAL_OWN_FILES = """\
+No public source of this data set is known to us. To use your own copy:
+1. Put the frames as extended XYZ (*.extxyz, *.xyz), zip archives of extxyz (*.zip) or ASE
+   databases (*.db) into one folder, e.g. data/raw/{name}/.
+2. Each frame needs an energy (eV) and forces (eV/A); stress (3x3 or Voigt) is optional.
+   By default the converter reads MACE's keys REF_energy / REF_forces / REF_stress, and also
+   ASE's calculator results (energy, forces, stress) when you pass those key names.
+3. Point the config at that folder, or run
+   cfmtrain convert {name} --input data/raw/{name} --output results/data/{name}
+   (add --energy-key/--forces-key/--stress-key if your files use other names)."""
+
+DATASETS: dict[str, DatasetEntry] = {}
+
+
+def _register(entry: DatasetEntry) -> None:
+    DATASETS[entry.name] = entry
+
+
+_register(DatasetEntry(
+    name="mptrj",
+    paper_name="MPtrj",
+    citation=("B. Deng et al., CHGNet as a pretrained universal neural network potential for "
+              "charge-informed atomistic modelling, Nat. Mach. Intell. 5, 1031 (2023)"),
+    doi="10.6084/m9.figshare.23713842",
+    license="see the figshare record (item 23713842)",
+    source="download",
+    format="mptrj-json",
+    converter="mptrj",
+    files=(SourceFile(
+        url="https://figshare.com/ndownloader/files/41619375",
+        filename="MPtrj_2022.9_full.json",
+        checksum=None,  # not recorded here: the first download writes MPtrj_2022.9_full.json.sha256
+        size="11.35 GB",
+    ),),
+    keys=SourceKeys(energy="uncorrected_total_energy", forces="force", stress="stress",
+                    stress_unit="kBar-vasp"),
+    notes=("JSON mp-id -> frame-id -> record, streamed with ijson. Energy: "
+           "uncorrected_total_energy by default (what the MACE-MP-0 extxyz used); "
+           "corrected_total_energy (MP2020-corrected) is the alternative."),
+))
+
+_register(DatasetEntry(
+    name="mptrj_extxyz",
+    paper_name="MPtrj (extxyz export)",
+    citation="MPtrj as extxyz, Matbench Discovery data files (2024-09-03-mp-trj.extxyz.zip)",
+    doi=None,
+    license="see the figshare record (Matbench Discovery data files)",
+    source="download",
+    format="extxyz-zip",
+    converter="ase",
+    files=(SourceFile(
+        url="https://figshare.com/ndownloader/files/49034296",
+        filename="2024-09-03-mp-trj.extxyz.zip",
+        checksum="7f433171e4e5f2ef9304dccd42d5488f",
+        algorithm="md5",
+    ),),
+    # The export stores the raw (uncorrected) energy as `energy`; its `stress` has no documented
+    # unit or sign convention, so stress is not read unless you pass --stress-key explicitly.
+    keys=SourceKeys(energy="energy", forces="forces", stress=None),
+    notes=("One member per mp-id, each a multi-frame extxyz; members are streamed from the zip. "
+           "Same frames as `mptrj`; use one or the other."),
+))
+
+_register(DatasetEntry(
+    name="hea",
+    paper_name="HEA (HEA25)",
+    citation=("N. Lopanitsyna, G. Fraux, M. A. Springer, S. De, M. Ceriotti, Modeling "
+              "high-entropy transition metal alloys with alchemical compression, "
+              "Phys. Rev. Materials 7, 045802 (2023)"),
+    doi="10.24435/materialscloud:73-yn",
+    license="CC BY 4.0",
+    source="manual",
+    format="extxyz",
+    converter="ase",
+    instructions="""\
+The HEA25 data set is an archive record on Materials Cloud; we do not know a stable direct
+file URL, so download it by hand:
+1. Open https://doi.org/10.24435/materialscloud:73-yn in a browser.
+2. Under "Files", download the extended-XYZ data of the 25,000 training structures;
+   if the record lists a checksum for a file, check it (`md5sum FILE`).
+3. Unpack it into one folder, e.g. data/raw/hea/, so that it holds the *.extxyz files.
+4. Run: cfmtrain convert hea --input data/raw/hea --output results/data/hea
+   The files use ASE's keys (energy, forces, stress); check the stress unit in the record's
+   description and pass --stress-unit if it is not eV/A^3 (or --stress-key none to skip it).""",
+    keys=SourceKeys(energy="energy", forces="forces", stress=None),
+    notes="25 d-block transition metals, fcc and bcc cells of 36-48 atoms in the paper's mix.",
+))
+
+_register(DatasetEntry(
+    name="water_clusters",
+    paper_name="Water clusters",
+    citation=("H. Helal et al., Acceleration of Graph Neural Network-Based Prediction Models in "
+              "Chemistry via Co-Design Optimization on Intelligence Processing Units, "
+              "J. Chem. Inf. Model. 64, 1568 (2024); HydroNet, arXiv:2012.00131"),
+    doi=None,
+    license="see the figshare record",
+    source="download",
+    format="hydronet-xyz-zip",
+    converter=None,
+    files=(SourceFile(
+        url="https://figshare.com/ndownloader/files/38063847",
+        filename="W3-W30_all_geoms_TTM2.1-F.zip",
+        checksum=None,
+    ),),
+    instructions="""\
+The public HydroNet archive (downloaded by `cfmtrain download water_clusters`) holds, per cluster
+size, plain XYZ geometries with one TTM2.1-F energy (kcal/mol) per cluster and no forces, which is
+not enough to train MACE on energies and forces. The force-labelled set of the paper is not public.
+1. Produce force labels for the clusters you use (e.g. with your TTM2.1-F or DFT code), write them
+   as extxyz with REF_energy (eV) and REF_forces (eV/A) into data/raw/water_clusters/.
+2. Run: cfmtrain convert water_clusters --input data/raw/water_clusters \\
+        --output results/data/water_clusters""",
+    notes="Clusters of 3-25 water molecules (9-75 atoms) in the paper's mix; no periodicity.",
+))
+
+_register(DatasetEntry(
+    name="cuni",
+    paper_name="CuNi",
+    citation=("H. W. Sprueill, J. A. Bilbrey, Q. Pang, P. V. Sushko, Active sampling for neural "
+              "network potentials: Accelerated simulations of shear-induced deformation in Cu-Ni "
+              "multilayers, J. Chem. Phys. 158, 114103 (2023)"),
+    doi=None,
+    license="see the PNNL DataHub record",
+    source="manual",
+    format="extxyz|ase-db",
+    converter="ase",
+    instructions="""\
+The CuNi data are on PNNL DataHub (dataset 33219), which hands files out through a web form:
+1. Open https://data.pnnl.gov/group/nodes/dataset/33219 and request/download the files.
+2. Put the structure files (extxyz or ASE .db) into data/raw/cuni/.
+3. Run: cfmtrain convert cuni --input data/raw/cuni --output results/data/cuni
+   (pass --energy-key/--forces-key/--stress-key to match the files' key names).""",
+    notes="Cu-Ni multilayer cells of 492-500 atoms, mostly fcc, periodic.",
+))
+
+for _name, _paper, _cite, _doi, _note in (
+    ("tmd", "TMD",
+     "S. E. Muller et al., An open database of computed bulk ternary transition metal "
+     "dichalcogenides, Sci. Data 10, 336 (2023)", "10.1038/s41597-023-02103-4",
+     "Layered cells of 16-96 atoms; the paper's relaxation-trajectory frames are not public "
+     "as far as we know (the Sci. Data record lists what is)."),
+    ("liquid_water", "Liquid water", "not published with the paper", None,
+     "768-atom periodic boxes of liquid water."),
+    ("al_hcl", "Al-HCl(aq)", "not published with the paper", None,
+     "281-atom periodic cells of aluminium ions in aqueous HCl."),
+    ("zeolite", "Zeolite", "not published with the paper", None,
+     "Periodic zeolite frameworks with solvent in the pores, 203-408 atoms."),
+):
+    _register(DatasetEntry(
+        name=_name, paper_name=_paper, citation=_cite, doi=_doi, license="unknown",
+        source="manual", format="extxyz|ase-db", converter="ase",
+        instructions=_MANUAL_OWN_FILES.format(name=_name), notes=_note,
+    ))
+
+_register(DatasetEntry(
+    name="mini",
+    paper_name="mini (embedded default, mirrors Table 3)",
+    citation="generated by cfmtrain (ASE EMT and TIP3P labels)",
+    doi=None,
+    license="MIT (generated)",
+    source="generated",
+    format="extxyz",
+    converter=None,
+    instructions="Generated offline: `cfmtrain generate` (nothing to download).",
+))
+
+
+def get_dataset(name: str) -> DatasetEntry:
+    """The registry entry called `name`; a clear error listing the known names otherwise."""
+    try:
+        return DATASETS[name]
+    except KeyError:
+        known = ", ".join(sorted(DATASETS))
+        raise KeyError(f"unknown data set {name!r}; known data sets: {known}") from None

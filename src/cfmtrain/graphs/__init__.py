@@ -1,0 +1,1 @@
+"""Radius graphs with periodic boundaries, stored as sharded HDF5 (GraphStore)."""

@@ -1,0 +1,44 @@
+"""Radius graphs with periodic boundaries from vesin's neighbour list.
+
+Every periodic image within the cutoff is an edge (cells smaller than the cutoff included); the
+convention is ASE's and MACE's: edge vector = pos[receiver] - pos[sender] + unit_shifts @ cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import vesin
+
+
+@dataclass(frozen=True)
+class RadiusGraph:
+    """Edges of one structure: sender/receiver indices, integer cell shifts and edge lengths."""
+
+    edge_index: np.ndarray  # (2, E) int64: row 0 sender, row 1 receiver
+    unit_shifts: np.ndarray  # (E, 3) int32
+    lengths: np.ndarray  # (E,) float64
+
+
+_LISTS: dict[float, vesin.NeighborList] = {}
+
+
+def radius_graph(
+    positions: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: float
+) -> RadiusGraph:
+    """All pairs (i, j, shift) with |pos[j] - pos[i] + shift @ cell| < cutoff, excluding i == j at
+    zero shift; sorted by sender. Non-periodic directions may have a zero cell vector."""
+    positions = np.ascontiguousarray(positions, dtype=np.float64)
+    pbc = np.asarray(pbc, dtype=bool).reshape(3)
+    cell = np.asarray(cell, dtype=np.float64).reshape(3, 3)
+    if len(positions) == 0:
+        return RadiusGraph(np.zeros((2, 0), np.int64), np.zeros((0, 3), np.int32), np.zeros(0))
+    if not pbc.any():
+        cell = np.zeros((3, 3))  # vesin wants no box at all for open systems
+    nl = _LISTS.get(cutoff)
+    if nl is None:
+        nl = _LISTS[cutoff] = vesin.NeighborList(cutoff=cutoff, full_list=True, sorted=True)
+    i, j, shifts, d = nl.compute(positions, cell, pbc, "ijSd")
+    edge_index = np.stack([i.astype(np.int64), j.astype(np.int64)])
+    return RadiusGraph(edge_index, shifts.astype(np.int32, copy=False), d)

@@ -1,0 +1,166 @@
+"""HDF5 graph shards: concatenated per-atom and per-edge arrays with offsets, and GraphStore.
+
+One shard = one file; a folder of `shard_*.h5` files reads as one store in name order. The
+per-graph table (num_atoms, num_edges, subsets) is loaded eagerly; arrays are read per graph
+through file handles opened lazily in each process (h5py handles must not cross a fork).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from cfmtrain.atomic import atomic_path
+
+FORMAT_VERSION = 1
+ATOM_FIELDS = {"positions": np.float64, "numbers": np.uint8, "forces": np.float64}
+EDGE_FIELDS = {"unit_shifts": np.int32}
+# name -> (dtype, shape of one graph's entry)
+GRAPH_FIELDS = {"cell": (np.float64, (3, 3)), "pbc": (np.bool_, (3,)), "energy": (np.float64, ()),
+                "stress": (np.float64, (3, 3)), "has_stress": (np.bool_, ()),
+                "source_index": (np.int64, ())}
+
+
+def write_shard(path: str | Path, graphs: Iterable[dict], *, cutoff: float,
+                attrs: dict | None = None) -> int:
+    """Write graphs (dicts with the GraphStore fields plus `subset` name and `source_index`) to
+    one HDF5 shard atomically; returns the number of graphs written."""
+    columns: dict[str, list] = {k: [] for k in (*ATOM_FIELDS, *EDGE_FIELDS, *GRAPH_FIELDS)}
+    senders, receivers, num_atoms, num_edges, subset_ids = [], [], [], [], []
+    subset_names: dict[str, int] = {}
+    for g in graphs:
+        for k in ATOM_FIELDS:
+            columns[k].append(g[k])
+        columns["unit_shifts"].append(g["unit_shifts"])
+        senders.append(g["edge_index"][0])
+        receivers.append(g["edge_index"][1])
+        stress = g.get("stress")
+        columns["has_stress"].append(stress is not None)
+        columns["stress"].append(np.zeros((3, 3)) if stress is None else stress)
+        for k in ("cell", "pbc", "energy", "source_index"):
+            columns[k].append(g[k])
+        num_atoms.append(len(g["numbers"]))
+        num_edges.append(g["edge_index"].shape[1])
+        subset_ids.append(subset_names.setdefault(g["subset"], len(subset_names)))
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs.update({"format_version": FORMAT_VERSION, "cutoff": cutoff,
+                        "subset_names": json.dumps(list(subset_names)), **(attrs or {})})
+        _write_table(f, num_atoms, num_edges, subset_ids)
+        for k, dtype in ATOM_FIELDS.items():
+            _write_concat(f, k, columns[k], dtype, (0, 3) if k != "numbers" else (0,))
+        _write_concat(f, "unit_shifts", columns["unit_shifts"], np.int32, (0, 3))
+        edges = np.stack([np.concatenate(senders or [np.zeros(0)]),
+                          np.concatenate(receivers or [np.zeros(0)])]).astype(np.int32)
+        f.create_dataset("edge_index", data=edges, chunks=_chunks(edges.shape, 1))
+        for k, (dtype, shape) in GRAPH_FIELDS.items():
+            data = np.asarray(columns[k], dtype=dtype).reshape((len(num_atoms), *shape))
+            f.create_dataset(k, data=data)
+    return len(num_atoms)
+
+
+def _chunks(shape: tuple, axis: int) -> tuple | None:
+    if shape[axis] == 0:
+        return None
+    return tuple(min(s, 65536) if a == axis else s for a, s in enumerate(shape))
+
+
+def _write_table(f: h5py.File, num_atoms: list, num_edges: list, subset_ids: list) -> None:
+    f.create_dataset("num_atoms", data=np.asarray(num_atoms, np.int64))
+    f.create_dataset("num_edges", data=np.asarray(num_edges, np.int64))
+    f.create_dataset("subsets", data=np.asarray(subset_ids, np.int16))
+    for name, counts in (("atom_offsets", num_atoms), ("edge_offsets", num_edges)):
+        f.create_dataset(name, data=np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]))
+
+
+def _write_concat(f: h5py.File, name: str, parts: list, dtype, empty_shape: tuple) -> None:
+    data = np.concatenate(parts).astype(dtype) if parts else np.zeros(empty_shape, dtype)
+    f.create_dataset(name, data=data, chunks=_chunks(data.shape, 0))
+
+
+class GraphStore:
+    """Read-only view of one shard file or a folder of `shard_*.h5` files, indexed globally."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        if self.path.is_dir():
+            self.files = sorted(self.path.glob("shard_*.h5"))
+        else:
+            self.files = [self.path]
+        if not self.files or not all(p.exists() for p in self.files):
+            raise FileNotFoundError(f"{self.path}: no graph shard (shard_*.h5) found")
+        names: list[str] = []
+        atoms, edges, subsets = [], [], []
+        self._atom_offsets, self._edge_offsets = [], []
+        self.cutoff: float | None = None
+        for file in self.files:
+            with h5py.File(file, "r") as f:
+                self._check(file, f)
+                local = json.loads(f.attrs["subset_names"])
+                for n in local:
+                    if n not in names:
+                        names.append(n)
+                remap = np.array([names.index(n) for n in local] or [0], np.int16)
+                atoms.append(f["num_atoms"][:])
+                edges.append(f["num_edges"][:])
+                subsets.append(remap[f["subsets"][:]] if len(local) else f["subsets"][:])
+                self._atom_offsets.append(f["atom_offsets"][:])
+                self._edge_offsets.append(f["edge_offsets"][:])
+        self.subset_names = names
+        self.num_atoms = np.concatenate(atoms)
+        self.num_edges = np.concatenate(edges)
+        self.subsets = np.concatenate(subsets)
+        self._starts = np.concatenate([[0], np.cumsum([len(a) for a in atoms])])
+        self._handles: dict[int, h5py.File] = {}
+        self._pid = os.getpid()
+
+    def _check(self, file: Path, f: h5py.File) -> None:
+        if f.attrs.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"{file}: not a cfmtrain graph shard of format {FORMAT_VERSION}")
+        if self.cutoff is not None and f.attrs["cutoff"] != self.cutoff:
+            raise ValueError(f"{file}: cutoff {f.attrs['cutoff']} differs from {self.cutoff}")
+        self.cutoff = float(f.attrs["cutoff"])
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_handles": {}}
+
+    def _handle(self, shard: int) -> h5py.File:
+        if os.getpid() != self._pid:  # forked worker: never reuse the parent's handles
+            self._handles, self._pid = {}, os.getpid()
+        if shard not in self._handles:
+            self._handles[shard] = h5py.File(self.files[shard], "r")
+        return self._handles[shard]
+
+    def __getitem__(self, index: int) -> dict:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"graph {index} out of range for {len(self)} graphs in {self.path}")
+        index = int(index) % len(self)
+        shard = int(np.searchsorted(self._starts, index, side="right") - 1)
+        local = index - int(self._starts[shard])
+        f = self._handle(shard)
+        a0, a1 = self._atom_offsets[shard][local: local + 2]
+        e0, e1 = self._edge_offsets[shard][local: local + 2]
+        graph = {k: f[k][a0:a1] for k in ATOM_FIELDS}
+        graph["numbers"] = graph["numbers"].astype(np.int64)
+        graph["edge_index"] = f["edge_index"][:, e0:e1].astype(np.int64)
+        graph["unit_shifts"] = f["unit_shifts"][e0:e1]
+        for k in ("cell", "pbc", "energy"):
+            graph[k] = f[k][local]
+        graph["energy"] = float(graph["energy"])
+        if f["has_stress"][local]:
+            graph["stress"] = f["stress"][local]
+        graph["subset"] = self.subset_names[int(self.subsets[index])]
+        return graph
+
+    def close(self) -> None:
+        """Close the file handles this process opened."""
+        for h in self._handles.values():
+            h.close()
+        self._handles = {}

@@ -1,0 +1,80 @@
+"""Radius graphs against ASE's neighbor_list: triclinic cells (also smaller than the cutoff),
+open clusters, single atoms and mixed periodicity."""
+
+import numpy as np
+import pytest
+from ase import Atoms
+from ase.neighborlist import neighbor_list
+
+from cfmtrain.graphs.neighbors import radius_graph
+
+CUTOFF = 4.5
+
+
+def random_cell(rng: np.random.Generator, length: float) -> np.ndarray:
+    """A well-conditioned random triclinic cell with vectors about `length` long."""
+    while True:
+        cell = np.diag(rng.uniform(0.7, 1.3, 3) * length) + rng.uniform(-0.3, 0.3, (3, 3)) * length
+        if abs(np.linalg.det(cell)) > 0.2 * length**3:
+            return cell
+
+
+def edge_set(i, j, shifts):
+    return sorted(zip(np.asarray(i).tolist(), np.asarray(j).tolist(),
+                      map(tuple, np.asarray(shifts).tolist())))
+
+
+def check_against_ase(atoms: Atoms) -> int:
+    graph = radius_graph(atoms.positions, atoms.cell.array, atoms.pbc, CUTOFF)
+    i, j, shifts, d = neighbor_list("ijSd", atoms, CUTOFF)
+    assert edge_set(*graph.edge_index, graph.unit_shifts) == edge_set(i, j, shifts)
+    vectors = (atoms.positions[graph.edge_index[1]] - atoms.positions[graph.edge_index[0]]
+               + graph.unit_shifts @ atoms.cell.array)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), graph.lengths, rtol=1e-12)
+    assert graph.lengths.max(initial=0) < CUTOFF
+    return len(i)
+
+
+@pytest.mark.parametrize(
+    "length, natoms, pbc",
+    [(2.1, 1, (True, True, True)),     # one atom, cell far below the cutoff: many images
+     (3.0, 2, (True, True, True)),
+     (6.0, 12, (True, True, True)),
+     (11.0, 60, (True, True, True)),
+     (3.5, 3, (True, False, True)),    # mixed periodicity, small cell
+     (8.0, 20, (False, True, False)),
+     (9.0, 25, (False, False, False))],
+)
+def test_random_triclinic_cells_match_ase(length, natoms, pbc):
+    rng = np.random.default_rng(int(length * 100) + natoms)
+    for _ in range(3):
+        cell = random_cell(rng, length)
+        atoms = Atoms(numbers=rng.integers(1, 80, natoms), cell=cell, pbc=pbc,
+                      scaled_positions=rng.uniform(0, 1, (natoms, 3)))
+        assert check_against_ase(atoms) > 0 or natoms == 1 and not any(pbc)
+
+
+def test_open_cluster_without_cell():
+    rng = np.random.default_rng(7)
+    atoms = Atoms(numbers=[8, 1, 1] * 10, positions=rng.uniform(0, 9, (30, 3)))
+    assert check_against_ase(atoms) > 0
+
+
+def test_single_atom_without_periodicity_has_no_edges():
+    graph = radius_graph(np.zeros((1, 3)), np.zeros((3, 3)), [False] * 3, CUTOFF)
+    assert graph.edge_index.shape == (2, 0) and graph.unit_shifts.shape == (0, 3)
+
+
+def test_empty_structure():
+    graph = radius_graph(np.zeros((0, 3)), np.eye(3), [True] * 3, CUTOFF)
+    assert graph.edge_index.shape == (2, 0)
+
+
+def test_self_images_in_small_cell_count():
+    # fcc Cu primitive cell (one atom): images within 4.5 Å are the 12 + 6 + 24 shells
+    from ase.build import bulk
+
+    atoms = bulk("Cu", "fcc", a=3.6)
+    graph = radius_graph(atoms.positions, atoms.cell.array, atoms.pbc, CUTOFF)
+    assert graph.edge_index.shape[1] == 42
+    assert (graph.edge_index == 0).all() and not (graph.unit_shifts == 0).all(axis=1).any()

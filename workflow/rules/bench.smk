@@ -1,0 +1,13 @@
+# Benchmarks: each prints a table and writes results/bench/<name>_<preset>.csv.
+
+
+rule bench_graphs:
+    output:
+        "results/bench/graphs_{preset}.csv",
+    log:
+        "logs/bench/graphs_{preset}.log",
+    resources:
+        timing_slot=1,
+    threads: 1
+    shell:
+        "{PY} bench graphs --preset {wildcards.preset} --output {output} > {log} 2>&1"

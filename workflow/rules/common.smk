@@ -1,0 +1,71 @@
+# Helpers shared by the rules: config validation, wildcard constraints, input functions.
+from snakemake.utils import validate
+
+
+validate(config, schema="../schemas/config.schema.yaml")
+
+DATASETS = config["datasets"]
+PY = "python -m cfmtrain"
+
+for _name in config["targets"]:
+    if _name not in DATASETS:
+        raise ValueError(f"config targets: unknown data set {_name!r}; known: {list(DATASETS)}")
+
+
+wildcard_constraints:
+    dataset="|".join(map(regex_escape, DATASETS)) or "NONE",
+    shard=r"\d{4}",
+    preset="quick|full",
+
+
+def dataset_config(wildcards):
+    return DATASETS[wildcards.dataset]
+
+
+def shard_ids(dataset):
+    return [f"{k:04d}" for k in range(DATASETS[dataset]["shards"])]
+
+
+def graph_shards(wildcards):
+    return expand(
+        "results/graphs/{dataset}/shard_{shard}.h5",
+        dataset=wildcards.dataset,
+        shard=shard_ids(wildcards.dataset),
+    )
+
+
+def frames_inputs(wildcards):
+    """A downloaded set needs its download first; others read from their own source."""
+    if dataset_config(wildcards)["kind"] == "download":
+        return f"results/downloads/{wildcards.dataset}"
+    return []
+
+
+def frames_command(wildcards, output):
+    """The command that writes results/data/<dataset>/frames for the data set's kind."""
+    cfg = dataset_config(wildcards)
+    shards = cfg["shards"]
+    if cfg["kind"] == "generated":
+        return (f"{PY} generate --output-dir {output} --num-shards {shards} "
+                f"--scale {cfg['scale']} --seed {cfg['seed']}")
+    source = (f"results/downloads/{wildcards.dataset}" if cfg["kind"] == "download"
+              else cfg["path"])
+    return (f"{PY} convert {cfg.get('registry', wildcards.dataset)} --source {source} "
+            f"--output-dir {output} --num-shards {shards} --energy-key {cfg['energy_key']}"
+            + (" --skip-invalid" if config["skip_invalid"] else ""))
+
+
+def graph_targets():
+    return [f"results/graphs/{d}/split.npz" for d in config["targets"]]
+
+
+def stats_targets():
+    return [
+        f"results/stats/{d}/{name}"
+        for d in config["targets"]
+        for name in ("table3.csv", "table3.md")
+    ] + [f"results/figures/fig05_{d}_sizes.png" for d in config["targets"]]
+
+
+def bench_targets():
+    return [f"results/bench/graphs_{config['bench']['preset']}.csv"]

@@ -1,0 +1,36 @@
+# Stage 2: radius graphs (cutoff from config, periodic images) into sharded HDF5, and the split.
+
+
+rule graph_shard:
+    input:
+        "results/data/{dataset}/frames",
+    output:
+        shard="results/graphs/{dataset}/shard_{shard}.h5",
+        report="results/graphs/{dataset}/shard_{shard}.json",
+    log:
+        "logs/graphs/{dataset}/shard_{shard}.log",
+    benchmark:
+        "benchmarks/graphs/{dataset}/shard_{shard}.tsv"
+    params:
+        cutoff=config["cutoff"],
+        skip="--skip-invalid" if config["skip_invalid"] else "",
+    threads: 1
+    shell:
+        "{PY} graphs --input {input}/frames_{wildcards.shard}.extxyz --output {output.shard}"
+        " --report {output.report} --cutoff {params.cutoff} {params.skip} > {log} 2>&1"
+
+
+rule split:
+    input:
+        graph_shards,
+    output:
+        "results/graphs/{dataset}/split.npz",
+    log:
+        "logs/graphs/{dataset}/split.log",
+    params:
+        valid=config["split"]["valid"],
+        test=config["split"]["test"],
+        seed=config["split"]["seed"],
+    shell:
+        "{PY} split --graphs results/graphs/{wildcards.dataset} --output {output}"
+        " --valid {params.valid} --test {params.test} --seed {params.seed} > {log} 2>&1"

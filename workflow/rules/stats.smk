@@ -1,0 +1,19 @@
+# Data set statistics: the paper's Table 3 and Figure 5 for each data set.
+
+
+rule stats_dataset:
+    input:
+        graph_shards,
+    output:
+        csv="results/stats/{dataset}/table3.csv",
+        md="results/stats/{dataset}/table3.md",
+        fig=report(
+            "results/figures/fig05_{dataset}_sizes.png",
+            caption="../report/fig05.rst",
+            category="Data",
+        ),
+    log:
+        "logs/stats/{dataset}.log",
+    shell:
+        "{PY} stats --graphs results/graphs/{wildcards.dataset} --name {wildcards.dataset}"
+        " --csv {output.csv} --markdown {output.md} --figure {output.fig} > {log} 2>&1"
