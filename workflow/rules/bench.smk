@@ -9,5 +9,7 @@ rule bench_graphs:
     resources:
         timing_slot=1,
     threads: 1
+    conda:
+        "../../envs/cfmtrain.yaml"
     shell:
-        "{PY} bench graphs --preset {wildcards.preset} --output {output} > {log} 2>&1"
+        "python -m cfmtrain bench graphs --preset {wildcards.preset} --output {output} > {log} 2>&1"

@@ -1,11 +1,13 @@
 # Helpers shared by the rules: config validation, wildcard constraints, input functions.
+import re
+
 from snakemake.utils import validate
 
 
 validate(config, schema="../schemas/config.schema.yaml")
 
 DATASETS = config["datasets"]
-PY = "python -m cfmtrain"
+PY = "python -m cfmtrain"  # used by input functions that build commands
 
 for _name in config["targets"]:
     if _name not in DATASETS:
@@ -13,7 +15,7 @@ for _name in config["targets"]:
 
 
 wildcard_constraints:
-    dataset="|".join(map(regex_escape, DATASETS)) or "NONE",
+    dataset="|".join(map(re.escape, DATASETS)) or "NONE",
     shard=r"\d{4}",
     preset="quick|full",
 
@@ -46,11 +48,11 @@ def frames_command(wildcards, output):
     cfg = dataset_config(wildcards)
     shards = cfg["shards"]
     if cfg["kind"] == "generated":
-        return (f"{PY} generate --output-dir {output} --num-shards {shards} "
+        return (f"python -m cfmtrain generate --output-dir {output} --num-shards {shards} "
                 f"--scale {cfg['scale']} --seed {cfg['seed']}")
     source = (f"results/downloads/{wildcards.dataset}" if cfg["kind"] == "download"
               else cfg["path"])
-    return (f"{PY} convert {cfg.get('registry', wildcards.dataset)} --source {source} "
+    return (f"python -m cfmtrain convert {cfg.get('registry', wildcards.dataset)} --source {source} "
             f"--output-dir {output} --num-shards {shards} --energy-key {cfg['energy_key']}"
             + (" --skip-invalid" if config["skip_invalid"] else ""))
 

@@ -8,8 +8,10 @@ rule download:
         "logs/download/{dataset}.log",
     params:
         registry=lambda wc: dataset_config(wc).get("registry", wc.dataset),
+    conda:
+        "../../envs/cfmtrain.yaml"
     shell:
-        "{PY} download {params.registry} --dest {output} > {log} 2>&1"
+        "python -m cfmtrain download {params.registry} --dest {output} > {log} 2>&1"
 
 
 rule frames:
@@ -23,5 +25,7 @@ rule frames:
         "benchmarks/frames/{dataset}.tsv"
     params:
         command=frames_command,
+    conda:
+        "../../envs/cfmtrain.yaml"
     shell:
         "{params.command} > {log} 2>&1"

@@ -15,8 +15,10 @@ rule graph_shard:
         cutoff=config["cutoff"],
         skip="--skip-invalid" if config["skip_invalid"] else "",
     threads: 1
+    conda:
+        "../../envs/cfmtrain.yaml"
     shell:
-        "{PY} graphs --input {input}/frames_{wildcards.shard}.extxyz --output {output.shard}"
+        "python -m cfmtrain graphs --input {input}/frames_{wildcards.shard}.extxyz --output {output.shard}"
         " --report {output.report} --cutoff {params.cutoff} {params.skip} > {log} 2>&1"
 
 
@@ -31,6 +33,8 @@ rule split:
         valid=config["split"]["valid"],
         test=config["split"]["test"],
         seed=config["split"]["seed"],
+    conda:
+        "../../envs/cfmtrain.yaml"
     shell:
-        "{PY} split --graphs results/graphs/{wildcards.dataset} --output {output}"
+        "python -m cfmtrain split --graphs results/graphs/{wildcards.dataset} --output {output}"
         " --valid {params.valid} --test {params.test} --seed {params.seed} > {log} 2>&1"

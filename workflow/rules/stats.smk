@@ -14,6 +14,8 @@ rule stats_dataset:
         ),
     log:
         "logs/stats/{dataset}.log",
+    conda:
+        "../../envs/cfmtrain.yaml"
     shell:
-        "{PY} stats --graphs results/graphs/{wildcards.dataset} --name {wildcards.dataset}"
+        "python -m cfmtrain stats --graphs results/graphs/{wildcards.dataset} --name {wildcards.dataset}"
         " --csv {output.csv} --markdown {output.md} --figure {output.fig} > {log} 2>&1"
