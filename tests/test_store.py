@@ -125,3 +125,15 @@ def test_mixed_cutoffs_are_refused(tmp_path):
 def test_missing_store_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no graph shard"):
         GraphStore(tmp_path)
+
+
+def test_union_of_stores_in_list_order(tmp_path):
+    frames = sample_frames()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    write_shard(tmp_path / "a" / "shard_0000.h5", graphs_of(frames[2:]), cutoff=CUTOFF)
+    write_shard(tmp_path / "b" / "shard_0000.h5", graphs_of(frames[:2]), cutoff=CUTOFF)
+    store = GraphStore([tmp_path / "b", tmp_path / "a"])
+    assert len(store) == 4
+    for i, atoms in enumerate(frames):
+        assert_graph_equal(store[i], atoms)

@@ -82,7 +82,8 @@ def plot_sizes(num_atoms: np.ndarray, num_edges: np.ndarray, subsets: np.ndarray
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `cfmtrain stats`."""
-    parser.add_argument("--graphs", type=Path, required=True, help="graph store (folder)")
+    parser.add_argument("--graphs", type=Path, nargs="+", required=True,
+                        help="graph store folder(s); several make a union")
     parser.add_argument("--name", required=True, help="data set name for titles")
     parser.add_argument("--csv", type=Path, required=True)
     parser.add_argument("--markdown", type=Path, required=True)

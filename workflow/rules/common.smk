@@ -28,12 +28,29 @@ def shard_ids(dataset):
     return [f"{k:04d}" for k in range(DATASETS[dataset]["shards"])]
 
 
+def member_datasets(dataset):
+    """The data sets whose graphs make up `dataset`: its members for a union, else itself."""
+    cfg = DATASETS[dataset]
+    if cfg["kind"] != "union":
+        return [dataset]
+    unknown = [m for m in cfg["members"] if DATASETS.get(m, {"kind": "union"})["kind"] == "union"]
+    if unknown:
+        raise ValueError(f"config datasets.{dataset}.members: {unknown} are not data sets with "
+                         "graphs of their own")
+    return cfg["members"]
+
+
 def graph_shards(wildcards):
-    return expand(
-        "results/graphs/{dataset}/shard_{shard}.h5",
-        dataset=wildcards.dataset,
-        shard=shard_ids(wildcards.dataset),
-    )
+    return [
+        f"results/graphs/{member}/shard_{shard}.h5"
+        for member in member_datasets(wildcards.dataset)
+        for shard in shard_ids(member)
+    ]
+
+
+def graph_dirs(wildcards):
+    """The --graphs argument: one store folder, or the member folders of a union."""
+    return " ".join(f"results/graphs/{m}" for m in member_datasets(wildcards.dataset))
 
 
 def frames_inputs(wildcards):
@@ -47,6 +64,8 @@ def frames_command(wildcards, output):
     """The command that writes results/data/<dataset>/frames for the data set's kind."""
     cfg = dataset_config(wildcards)
     shards = cfg["shards"]
+    if cfg["kind"] == "union":
+        raise ValueError(f"data set {wildcards.dataset} is a union: it has no frames of its own")
     if cfg["kind"] == "generated":
         return (f"python -m cfmtrain generate --output-dir {output} --num-shards {shards} "
                 f"--scale {cfg['scale']} --seed {cfg['seed']}")

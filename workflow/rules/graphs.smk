@@ -30,11 +30,12 @@ rule split:
     log:
         "logs/graphs/{dataset}/split.log",
     params:
+        graphs=graph_dirs,
         valid=config["split"]["valid"],
         test=config["split"]["test"],
         seed=config["split"]["seed"],
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain split --graphs results/graphs/{wildcards.dataset} --output {output}"
+        "python -m cfmtrain split --graphs {params.graphs} --output {output}"
         " --valid {params.valid} --test {params.test} --seed {params.seed} > {log} 2>&1"

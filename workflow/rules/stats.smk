@@ -14,8 +14,10 @@ rule stats_dataset:
         ),
     log:
         "logs/stats/{dataset}.log",
+    params:
+        graphs=graph_dirs,
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain stats --graphs results/graphs/{wildcards.dataset} --name {wildcards.dataset}"
+        "python -m cfmtrain stats --graphs {params.graphs} --name {wildcards.dataset}"
         " --csv {output.csv} --markdown {output.md} --figure {output.fig} > {log} 2>&1"

@@ -46,7 +46,8 @@ def load_split(path: str | Path) -> dict[str, np.ndarray]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `cfmtrain split`."""
-    parser.add_argument("--graphs", type=Path, required=True, help="graph store (folder)")
+    parser.add_argument("--graphs", type=Path, nargs="+", required=True,
+                        help="graph store folder(s); several make a union")
     parser.add_argument("--output", type=Path, required=True, help="split .npz to write")
     parser.add_argument("--valid", type=float, default=0.1, help="validation fraction")
     parser.add_argument("--test", type=float, default=0.1, help="test fraction")

@@ -82,17 +82,23 @@ def _write_concat(f: h5py.File, name: str, parts: list, dtype, empty_shape: tupl
     f.create_dataset(name, data=data, chunks=_chunks(data.shape, 0))
 
 
-class GraphStore:
-    """Read-only view of one shard file or a folder of `shard_*.h5` files, indexed globally."""
+def shard_files(path: str | os.PathLike) -> list[Path]:
+    """The shards of one store: the file itself, or a folder's `shard_*.h5` in name order."""
+    path = Path(path)
+    files = sorted(path.glob("shard_*.h5")) if path.is_dir() else [path]
+    if not files or not all(p.exists() for p in files):
+        raise FileNotFoundError(f"{path}: no graph shard (shard_*.h5) found")
+    return files
 
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        if self.path.is_dir():
-            self.files = sorted(self.path.glob("shard_*.h5"))
-        else:
-            self.files = [self.path]
-        if not self.files or not all(p.exists() for p in self.files):
-            raise FileNotFoundError(f"{self.path}: no graph shard (shard_*.h5) found")
+
+class GraphStore:
+    """Read-only view of one shard file, a folder of `shard_*.h5` files, or a list of those
+    (a union of data sets, in list order), indexed globally."""
+
+    def __init__(self, path: str | os.PathLike | list[str | os.PathLike]):
+        paths = list(path) if isinstance(path, (list, tuple)) else [path]
+        self.path = Path(paths[0]) if len(paths) == 1 else tuple(map(Path, paths))
+        self.files = [f for p in paths for f in shard_files(p)]
         names: list[str] = []
         atoms, edges, subsets = [], [], []
         self._atom_offsets, self._edge_offsets = [], []
