@@ -21,7 +21,7 @@ def random_cell(rng: np.random.Generator, length: float) -> np.ndarray:
 
 def edge_set(i, j, shifts):
     return sorted(zip(np.asarray(i).tolist(), np.asarray(j).tolist(),
-                      map(tuple, np.asarray(shifts).tolist())))
+                      map(tuple, np.asarray(shifts).tolist()), strict=True))
 
 
 def check_against_ase(atoms: Atoms) -> int:
