@@ -22,6 +22,11 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "stats": ("cfmtrain.stats", "data set statistics: Table 3 and Figure 5", False),
     "balance": ("cfmtrain.balance.report", "packing-quality table and Figure 12", False),
     "bench": ("cfmtrain.bench.cli", "benchmarks: graphs, balance, kernels", True),
+    "launch": ("cfmtrain.launch", "run R ranks: srun under Slurm, else torchrun", False),
+    "train": ("cfmtrain.train.cli", "data-parallel MACE training (one ablation cell)", True),
+    "sweep": ("cfmtrain.sweep.cli", "batch-size and bin-capacity sweeps", True),
+    "simulate": ("cfmtrain.simulate.cli", "cost model and epoch-time simulator", False),
+    "figure": ("cfmtrain.plots.cli", "draw one figure of the paper from results files", False),
 }
 
 

@@ -115,4 +115,4 @@ def _subset_notes(dataset: str) -> dict[str, str]:
     from cfmtrain.data.mini import SUBSETS
 
     return {s.name: f"stand-in: {s.description}" if s.stand_in else s.description
-            for s in SUBSETS}
+            for s in SUBSETS.values()}

@@ -60,7 +60,7 @@ def frames_inputs(wildcards):
     return []
 
 
-def frames_command(wildcards, output):
+def frames_command(wildcards, output, threads):
     """The command that writes results/data/<dataset>/frames for the data set's kind."""
     cfg = dataset_config(wildcards)
     shards = cfg["shards"]
@@ -71,9 +71,11 @@ def frames_command(wildcards, output):
                 f"--scale {cfg['scale']} --seed {cfg['seed']}")
     source = (f"results/downloads/{wildcards.dataset}" if cfg["kind"] == "download"
               else cfg["path"])
-    return (f"python -m cfmtrain convert {cfg.get('registry', wildcards.dataset)} --source {source} "
-            f"--output-dir {output} --num-shards {shards} --energy-key {cfg['energy_key']}"
-            + (" --skip-invalid" if config["skip_invalid"] else ""))
+    command = (f"{PY} convert {cfg.get('registry', wildcards.dataset)} --input {source} "
+               f"--output {output} --shards {shards} --no-progress")
+    if "energy_key" in cfg:
+        command += f" --energy-key {cfg['energy_key']}"
+    return command + (" --skip-invalid" if config["skip_invalid"] else "")
 
 
 def graph_targets():

@@ -25,6 +25,7 @@ rule frames:
         "benchmarks/frames/{dataset}.tsv"
     params:
         command=frames_command,
+    threads: 2
     conda:
         "../../envs/cfmtrain.yaml"
     shell:

@@ -161,8 +161,8 @@ file URL, so download it by hand:
    if the record lists a checksum for a file, check it (`md5sum FILE`).
 3. Unpack it into one folder, e.g. data/raw/hea/, so that it holds the *.extxyz files.
 4. Run: cfmtrain convert hea --input data/raw/hea --output results/data/hea
-   The files use ASE's keys (energy, forces, stress); check the stress unit in the record's
-   description and pass --stress-unit if it is not eV/A^3 (or --stress-key none to skip it).""",
+   The files appear to use ASE's keys (energy, forces, stress). Stress is skipped by default:
+   check its unit in the record's description, then pass --stress-key stress --stress-unit UNIT.""",
     keys=SourceKeys(energy="energy", forces="forces", stress=None),
     notes="25 d-block transition metals, fcc and bcc cells of 36-48 atoms in the paper's mix.",
 ))
@@ -185,8 +185,9 @@ _register(DatasetEntry(
     ),),
     instructions="""\
 The public HydroNet archive (downloaded by `cfmtrain download water_clusters`) holds, per cluster
-size, plain XYZ geometries with one TTM2.1-F energy (kcal/mol) per cluster and no forces, which is
-not enough to train MACE on energies and forces. The force-labelled set of the paper is not public.
+size, plain XYZ geometries with one TTM2.1-F energy (kcal/mol) per cluster and no forces (as read by
+PyG's HydroNet loader), which is not enough to train MACE on energies and forces, and we know of no
+public force-labelled version of the paper's set.
 1. Produce force labels for the clusters you use (e.g. with your TTM2.1-F or DFT code), write them
    as extxyz with REF_energy (eV) and REF_forces (eV/A) into data/raw/water_clusters/.
 2. Run: cfmtrain convert water_clusters --input data/raw/water_clusters \\
@@ -199,7 +200,7 @@ _register(DatasetEntry(
     paper_name="CuNi",
     citation=("H. W. Sprueill, J. A. Bilbrey, Q. Pang, P. V. Sushko, Active sampling for neural "
               "network potentials: Accelerated simulations of shear-induced deformation in Cu-Ni "
-              "multilayers, J. Chem. Phys. 158, 114103 (2023)"),
+              "multilayers, J. Chem. Phys. 158(11) (2023)"),
     doi=None,
     license="see the PNNL DataHub record",
     source="manual",
@@ -214,21 +215,36 @@ The CuNi data are on PNNL DataHub (dataset 33219), which hands files out through
     notes="Cu-Ni multilayer cells of 492-500 atoms, mostly fcc, periodic.",
 ))
 
-for _name, _paper, _cite, _doi, _note in (
-    ("tmd", "TMD",
-     "S. E. Muller et al., An open database of computed bulk ternary transition metal "
-     "dichalcogenides, Sci. Data 10, 336 (2023)", "10.1038/s41597-023-02103-4",
-     "Layered cells of 16-96 atoms; the paper's relaxation-trajectory frames are not public "
-     "as far as we know (the Sci. Data record lists what is)."),
-    ("liquid_water", "Liquid water", "not published with the paper", None,
-     "768-atom periodic boxes of liquid water."),
-    ("al_hcl", "Al-HCl(aq)", "not published with the paper", None,
-     "281-atom periodic cells of aluminium ions in aqueous HCl."),
-    ("zeolite", "Zeolite", "not published with the paper", None,
-     "Periodic zeolite frameworks with solvent in the pores, 203-408 atoms."),
+_register(DatasetEntry(
+    name="tmd",
+    paper_name="TMD",
+    citation=("S. E. Muller, M. P. Prange, Z. Lu, W. S. Rosenthal, J. A. Bilbrey, An open "
+              "database of computed bulk ternary transition metal dichalcogenides, "
+              "Sci. Data 10, 336 (2023)"),
+    doi="10.1038/s41597-023-02103-4",
+    license="see the article's data record",
+    source="manual",
+    format="extxyz|ase-db",
+    converter="ase",
+    instructions="""\
+The article's "Data Records" section names where its database is deposited; we do not know a
+direct file URL, nor whether the paper's 219,627 frames are exactly that record.
+1. Open https://doi.org/10.1038/s41597-023-02103-4, follow its data record and download the
+   structure files with energies and forces (or use your own TMD frames).
+2. Write or copy them as extxyz (*.extxyz) or ASE databases (*.db) into data/raw/tmd/.
+3. Run: cfmtrain convert tmd --input data/raw/tmd --output results/data/tmd
+   (pass --energy-key/--forces-key/--stress-key to match the files' key names).""",
+    notes="Layered ternary TMD cells of 16-96 atoms in the paper's mix, periodic.",
+))
+
+for _name, _paper, _note in (
+    ("liquid_water", "Liquid water", "768-atom periodic boxes of liquid water."),
+    ("al_hcl", "Al-HCl(aq)", "281-atom periodic cells of aluminium ions in aqueous HCl."),
+    ("zeolite", "Zeolite", "Periodic zeolite frameworks with solvent in the pores, 203-408 atoms."),
 ):
     _register(DatasetEntry(
-        name=_name, paper_name=_paper, citation=_cite, doi=_doi, license="unknown",
+        name=_name, paper_name=_paper, doi=None, license="unknown",
+        citation="used by Firoz et al. (HPDC 2025) without a public source",
         source="manual", format="extxyz|ase-db", converter="ase",
         instructions=_MANUAL_OWN_FILES.format(name=_name), notes=_note,
     ))

@@ -37,23 +37,28 @@ def atoms_to_graph(atoms: Atoms, cutoff: float, keys: dict[str, str] = KEYS) -> 
         "pbc": atoms.pbc, "edge_index": graph.edge_index, "unit_shifts": graph.unit_shifts,
         "energy": float(atoms.info[keys["energy"]]), "forces": atoms.arrays[keys["forces"]],
         "stress": stress, "subset": str(atoms.info.get("config_type", "default")),
+        "min_length": float(graph.lengths.min(initial=np.inf)),
     }
 
 
 def build_graphs(frames: Iterable[Atoms], source: str, cutoff: float, skip_invalid: bool,
                  skipped: collections.Counter, keys: dict[str, str] = KEYS) -> Iterator[dict]:
     """Validate and convert frames; invalid ones raise or, with skip_invalid, are counted."""
-    from cfmtrain.data.convert import InvalidFrameError, validate_atoms
+    from cfmtrain.data.convert import MIN_DISTANCE, InvalidFrameError, validate_atoms
 
     for index, atoms in enumerate(frames):
         try:
-            validate_atoms(atoms, source, index, keys=keys)
+            # the overlap check reuses the radius graph's edge lengths instead of a second search
+            validate_atoms(atoms, source, index, keys=keys, check_overlap=False)
+            graph = atoms_to_graph(atoms, cutoff, keys)
+            if graph.pop("min_length") < MIN_DISTANCE:
+                raise InvalidFrameError(source, index, "overlapping atoms",
+                                        f"two atoms closer than {MIN_DISTANCE} A")
         except InvalidFrameError as err:
             if not skip_invalid:
                 raise
             skipped[err.reason] += 1
             continue
-        graph = atoms_to_graph(atoms, cutoff, keys)
         graph["source_index"] = index
         yield graph
 

@@ -1,0 +1,121 @@
+# Input functions and targets of the sweep, simulate and figures rules (kept apart from the
+# rules, as `snakemake --lint` asks). Include before sweep.smk, simulate.smk and figures.smk.
+
+# --- sweep.smk
+def sweep_targets():
+    s = config["sweep"]
+    return [
+        f"results/sweep/{s['dataset']}/batch_{s['preset']}.csv",
+        f"results/sweep/{s['dataset']}/capacity_{s['preset']}.csv",
+        f"results/sweep/{s['dataset']}/capacity_{s['preset']}.json",
+    ]
+
+
+def sweep_args(wildcards):
+    """Command-line options shared by both sweeps, from config `sweep`."""
+    s = config["sweep"]
+    return (
+        f"--dtypes {' '.join(s['dtypes'])} --small-subset {s['small_subset']}"
+        f" --large-subset {s['large_subset']} --memory-budget-mb {s['memory_budget_mb']}"
+        f" --threads {s['threads']}"
+    )
+
+
+# --- simulate.smk
+SIMULATE_TABLES = ("strong.csv", "weak.csv", "strategies.csv", "validation.csv", "fit.csv")
+
+
+def simulate_targets():
+    s = config["simulate"]
+    return [
+        f"results/simulate/{s['dataset']}/{s['distribution']}/{name}"
+        for name in (*SIMULATE_TABLES, "paper.md")
+    ]
+
+
+def simulate_runs(wildcards):
+    """The measured cells the cost models are fitted on: every variant at every rank count."""
+    s = config["simulate"]
+    return [
+        f"results/train/{wildcards.dataset}/{variant}/r{ranks}/summary.json"
+        for variant in s["variants"]
+        for ranks in s["measured_ranks"]
+    ]
+
+
+def simulate_args(wildcards):
+    s, net = config["simulate"], config["simulate"]["network"]
+    return (
+        f"--total-graphs {s['total_graphs']} --ranks {' '.join(map(str, s['ranks']))}"
+        f" --weak {' '.join(s['weak'])} --graphs-per-batch {s['graphs_per_batch']}"
+        f" --capacity {s['capacity']} --strategies {' '.join(s['strategies'])}"
+        f" --algorithm {net['algorithm']} --alpha {net['alpha_s']} --beta {net['beta_bytes_per_s']}"
+        f" --parameters {s['parameters']} --floor-atoms {s['floor_atoms']} --seed {s['seed']}"
+    )
+
+
+# --- figures.smk
+def figure_targets():
+    names = ["fig06_ablation", "fig07_strong_scaling", "fig08_speedup", "fig09_loss",
+             "fig10_weak_scaling", "fig11_batch_size", "fig11_capacity", "fig13_straggler",
+             "fig07_strong_scaling_simulated", "fig08_speedup_simulated",
+             "fig10_weak_scaling_simulated"]
+    return [f"results/figures/{n}.{ext}" for n in names for ext in ("png", "pdf")]
+
+
+def cell(dataset, variant, ranks):
+    return f"results/train/{dataset}/{variant}/r{ranks}/summary.json"
+
+
+def sizes_cells(wildcards):
+    """Figures 6 and 10: every variant on each (data set, ranks) pair of `figures.sizes`."""
+    f = config["figures"]
+    return [cell(p["dataset"], v, p["ranks"]) for p in f["sizes"] for v in f["variants"]]
+
+
+def scaling_cells(wildcards):
+    """Figures 7 and 8: every variant at every measured rank count of `figures.dataset`."""
+    f = config["figures"]
+    return [cell(f["dataset"], v, r) for v in f["variants"] for r in f["ranks"]]
+
+
+def pair_cells(wildcards):
+    """Figures 9 and 13: the fixed-count baseline and balancer+kernels at `figures.pair_ranks`."""
+    f = config["figures"]
+    return [cell(f["dataset"], v, f["pair_ranks"]) for v in ("baseline", "both")]
+
+
+def sweep_table(kind):
+    s = config["sweep"]
+    return f"results/sweep/{s['dataset']}/{kind}_{s['preset']}"
+
+
+def simulated_table(name):
+    s = config["simulate"]
+    return f"results/simulate/{s['dataset']}/{s['distribution']}/{name}.csv"
+
+
+FIGURE_INPUTS = {
+    "fig06_ablation": ("ablation", sizes_cells),
+    "fig07_strong_scaling": ("strong-scaling", scaling_cells),
+    "fig08_speedup": ("speedup", scaling_cells),
+    "fig09_loss": ("loss", pair_cells),
+    "fig10_weak_scaling": ("weak-scaling", sizes_cells),
+    "fig11_batch_size": ("batch-size", lambda wc: [sweep_table("batch") + ".csv"]),
+    "fig11_capacity": ("capacity", lambda wc: [sweep_table("capacity") + ext
+                                               for ext in (".csv", ".json")]),
+    "fig13_straggler": ("straggler", pair_cells),
+    "fig07_strong_scaling_simulated": ("strong-scaling-simulated",
+                                       lambda wc: [simulated_table("strong")]),
+    "fig08_speedup_simulated": ("speedup-simulated", lambda wc: [simulated_table("strong")]),
+    "fig10_weak_scaling_simulated": ("weak-scaling-simulated",
+                                     lambda wc: [simulated_table("weak")]),
+}
+
+
+def figure_caption_path(figure):
+    """workflow/report/figNN.rst, figNN_simulated.rst, or fig11_capacity.rst."""
+    number = figure.split("_")[0]
+    if figure.endswith("_simulated"):
+        return f"../report/{number}_simulated.rst"
+    return f"../report/{'fig11_capacity' if figure == 'fig11_capacity' else number}.rst"
