@@ -1,4 +1,7 @@
-"""`cfmtrain bench <name>`: dispatch to one benchmark module (graphs, balance, kernels)."""
+"""`cfmtrain bench <name>`: dispatch to one benchmark module (graphs, balance, kernels).
+
+Only the chosen module is imported: each pulls in heavy libraries of its own.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +16,14 @@ BENCHMARKS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One sub-parser per benchmark, each filled by its own module."""
-    sub = parser.add_subparsers(dest="benchmark", required=True)
-    for name, module_name in BENCHMARKS.items():
-        sub_parser = sub.add_parser(name)
-        importlib.import_module(module_name).add_arguments(sub_parser)
+    """The benchmark's name; its own arguments are parsed by its module."""
+    parser.add_argument("benchmark", choices=sorted(BENCHMARKS))
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the benchmark's own arguments")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the chosen benchmark."""
-    return int(importlib.import_module(BENCHMARKS[args.benchmark]).run(args) or 0)
+    """Run the chosen benchmark with its own arguments."""
+    module = importlib.import_module(BENCHMARKS[args.benchmark])
+    parser = argparse.ArgumentParser(prog=f"cfmtrain bench {args.benchmark}")
+    module.add_arguments(parser)
+    return int(module.run(parser.parse_args(args.args)) or 0)

@@ -38,7 +38,8 @@ def radius_graph(
         cell = np.zeros((3, 3))  # vesin wants no box at all for open systems
     nl = _LISTS.get(cutoff)
     if nl is None:
-        nl = _LISTS[cutoff] = vesin.NeighborList(cutoff=cutoff, full_list=True, sorted=True)
-    i, j, shifts, d = nl.compute(positions, cell, pbc, "ijSd")
-    edge_index = np.stack([i.astype(np.int64), j.astype(np.int64)])
-    return RadiusGraph(edge_index, shifts.astype(np.int32, copy=False), d)
+        nl = _LISTS[cutoff] = vesin.NeighborList(cutoff=cutoff, full_list=True, sorted=True,
+                                                n_threads=1)  # shards run in parallel instead
+    # copy=False returns views into vesin's buffers: each is copied once below, as we need it
+    pairs, shifts, d = nl.compute(positions, cell, pbc, "PSd", copy=False)
+    return RadiusGraph(pairs.T.astype(np.int64), shifts.astype(np.int32), d.copy())

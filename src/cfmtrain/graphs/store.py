@@ -54,8 +54,10 @@ def write_shard(path: str | Path, graphs: Iterable[dict], *, cutoff: float,
         for k, dtype in ATOM_FIELDS.items():
             _write_concat(f, k, columns[k], dtype, (0, 3) if k != "numbers" else (0,))
         _write_concat(f, "unit_shifts", columns["unit_shifts"], np.int32, (0, 3))
-        edges = np.stack([np.concatenate(senders or [np.zeros(0)]),
-                          np.concatenate(receivers or [np.zeros(0)])]).astype(np.int32)
+        edges = np.empty((2, sum(num_edges)), np.int32)
+        for row, parts in enumerate((senders, receivers)):
+            if parts:
+                np.concatenate(parts, out=edges[row], casting="unsafe")
         f.create_dataset("edge_index", data=edges, chunks=_chunks(edges.shape, 1))
         for k, (dtype, shape) in GRAPH_FIELDS.items():
             data = np.asarray(columns[k], dtype=dtype).reshape((len(num_atoms), *shape))
@@ -78,7 +80,8 @@ def _write_table(f: h5py.File, num_atoms: list, num_edges: list, subset_ids: lis
 
 
 def _write_concat(f: h5py.File, name: str, parts: list, dtype, empty_shape: tuple) -> None:
-    data = np.concatenate(parts).astype(dtype) if parts else np.zeros(empty_shape, dtype)
+    data = (np.concatenate(parts, dtype=dtype, casting="unsafe") if parts
+            else np.zeros(empty_shape, dtype))
     f.create_dataset(name, data=data, chunks=_chunks(data.shape, 0))
 
 
