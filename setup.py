@@ -7,10 +7,10 @@ kernels/cuda/<op>_cuda*.cu joins it only when torch was built with CUDA and nvcc
 
 from glob import glob
 
+import torch
 from pybind11.setup_helpers import Pybind11Extension
 from setuptools import setup
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
-import torch
 
 OPT = ["-O3", "-march=x86-64-v3", "-fopenmp"]
 
@@ -22,8 +22,8 @@ if balance_sources:
                           extra_compile_args=["-O3"])
     )
 
-# One torch extension per op (kernels/<op>.cpp + kernels/cpu/<op>_cpu.cpp [+ kernels/cuda/<op>_cuda.cu])
-# so that each op builds, fails and reloads on its own; ops register with TORCH_LIBRARY_FRAGMENT.
+# One torch extension per op (kernels/<op>.cpp + kernels/cpu/<op>_cpu.cpp [+ cuda/<op>_cuda.cu]):
+# each op builds, fails and reloads on its own; ops register with TORCH_LIBRARY_FRAGMENT.
 use_cuda = torch.version.cuda is not None and CUDA_HOME is not None
 for entry in sorted(glob("kernels/*.cpp")):
     op = entry.removeprefix("kernels/").removesuffix(".cpp")
