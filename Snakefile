@@ -15,6 +15,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/graphs.smk"
 include: "workflow/rules/stats.smk"
+include: "workflow/rules/balance.smk"
 include: "workflow/rules/bench.smk"
 
 
@@ -23,6 +24,7 @@ rule all:
     input:
         graph_targets(),
         stats_targets(),
+        balance_targets(),
         bench_targets(),
 
 
@@ -34,6 +36,11 @@ rule graphs:
 rule stats:
     input:
         stats_targets(),
+
+
+rule balance:
+    input:
+        balance_targets(),
 
 
 rule benchmark:

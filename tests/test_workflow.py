@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ["all", "graphs", "stats", "benchmark"]
+TARGETS = ["all", "graphs", "stats", "balance", "benchmark"]
 
 
 def snakemake(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:

@@ -90,5 +90,14 @@ def stats_targets():
     ] + [f"results/figures/fig05_{d}_sizes.png" for d in config["targets"]]
 
 
+def balance_targets():
+    return [
+        f"results/balance/{d}/{name}"
+        for d in config["targets"]
+        for name in ("packing.csv", "packing.md")
+    ] + [f"results/figures/fig12_{d}_graphs_per_rank.png" for d in config["targets"]]
+
+
 def bench_targets():
-    return [f"results/bench/graphs_{config['bench']['preset']}.csv"]
+    preset = config["bench"]["preset"]
+    return [f"results/bench/{name}_{preset}.csv" for name in ("graphs", "balance")]

@@ -1,0 +1,110 @@
+"""`pack_bins`: the paper's Algorithm 1 (compiled) turned into a plan of R bins per step.
+
+After the algorithm, bins are made a multiple of R (empty bins only when there are fewer graphs
+than bins) and ordered by load so that the R bins of a step carry near-equal loads.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from cfmtrain import _balance
+from cfmtrain.balance.plan import Plan
+
+Oversize = Literal["error", "own_bin"]
+
+
+def as_sizes(sizes, name: str = "sizes") -> np.ndarray:
+    """`sizes` as 1-D int64 (integers) or float64 (real costs); rejects NaN and negatives."""
+    arr = np.asarray(sizes)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.dtype.kind in "biu":
+        arr = arr.astype(np.int64, copy=False)
+    elif arr.dtype.kind == "f":
+        arr = arr.astype(np.float64, copy=False)
+        bad = np.flatnonzero(~np.isfinite(arr))
+        if len(bad):
+            raise ValueError(f"{name}: graph {bad[0]} has size {arr[bad[0]]} (not finite)")
+    else:
+        raise ValueError(f"{name} must hold numbers, got dtype {arr.dtype}")
+    bad = np.flatnonzero(arr < 0)
+    if len(bad):
+        raise ValueError(f"{name}: graph {bad[0]} has negative size {arr[bad[0]]}")
+    return arr
+
+
+def kernel(name: str, sizes: np.ndarray, capacity: float):
+    """The compiled function for the sizes' type, with the capacity cast to match."""
+    if sizes.dtype == np.int64 and float(capacity).is_integer():
+        return getattr(_balance, f"{name}_i64"), sizes, int(capacity)
+    return getattr(_balance, f"{name}_f64"), sizes.astype(np.float64), float(capacity)
+
+
+def descending_order(sizes: np.ndarray, candidates: np.ndarray | None = None,
+                     rng: np.random.Generator | None = None) -> np.ndarray:
+    """Order of `candidates` (default all) by size, descending: stable, or with `rng` each run of
+    equal sizes shuffled (ties at random, sizes still non-increasing)."""
+    candidates = np.arange(len(sizes)) if candidates is None else np.asarray(candidates, np.int64)
+    seed = -1 if rng is None else int(rng.integers(1 << 62))
+    fn, sizes, _ = kernel("order_descending", sizes, 1)
+    return fn(sizes, candidates, seed)
+
+
+def check_oversize(sizes: np.ndarray, capacity: float, oversize: Oversize) -> np.ndarray:
+    """Indices of graphs above `capacity`; a ValueError naming the first unless 'own_bin'."""
+    if oversize not in ("error", "own_bin"):
+        raise ValueError(f"oversize must be 'error' or 'own_bin', got {oversize!r}")
+    if not capacity > 0:
+        raise ValueError(f"capacity must be positive, got {capacity}")
+    big = np.flatnonzero(sizes > capacity)
+    if len(big) and oversize == "error":
+        raise ValueError(
+            f"graph {big[0]} has size {sizes[big[0]]}, above the bin capacity {capacity} "
+            f"({len(big)} graph(s) above it); raise the capacity or pass oversize='own_bin'")
+    return big
+
+
+def pack_plan(sizes, capacity: float, num_ranks: int, *, oversize: Oversize = "error",
+              rng: np.random.Generator | None = None) -> Plan:
+    """Algorithm 1 as a Plan; `rng` breaks ties among equal sizes at random (else stable)."""
+    sizes = as_sizes(sizes)
+    if num_ranks < 1:
+        raise ValueError(f"num_ranks must be at least 1, got {num_ranks}")
+    big = check_oversize(sizes, capacity, oversize)
+    candidates = None
+    if len(big):
+        candidates = np.flatnonzero(sizes <= capacity)
+    order = descending_order(sizes, candidates, rng)
+    if not len(big):
+        fn, typed, cap = kernel("pack", sizes, capacity)
+        return Plan(*fn(typed, order, cap, num_ranks), num_ranks)
+    fn, typed, cap = kernel("algorithm1", sizes, capacity)
+    flat, offsets = fn(typed, order, cap, num_ranks)
+    flat = np.concatenate([flat, big])  # each oversize graph alone in a bin of its own
+    offsets = np.concatenate([offsets, offsets[-1] + np.arange(1, len(big) + 1)])
+    return finalize(flat, offsets, sizes, num_ranks)
+
+
+def pack_bins(sizes, capacity: float, num_ranks: int, *,
+              oversize: Oversize = "error") -> list[np.ndarray]:
+    """The paper's Algorithm 1: bins of graph indices, `bins[s*R:(s+1)*R]` being step s.
+
+    Every graph appears exactly once; no bin exceeds `capacity` (except a graph above it, alone,
+    with oversize='own_bin'; the default raises a ValueError naming it); the number of bins is a
+    multiple of `num_ranks`; a bin is empty only when there are fewer graphs than bins.
+    """
+    return pack_plan(sizes, capacity, num_ranks, oversize=oversize).bins()
+
+
+def finalize(flat: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, num_ranks: int) -> Plan:
+    """Bins made a multiple of R, then ordered by load (heaviest first), empty bins last.
+
+    Missing bins are filled by moving the last (smallest) graph of the heaviest bins holding two
+    or more graphs; they stay empty only when every bin holds one graph.
+    """
+    fn, typed, _ = kernel("finalize", sizes, 1)
+    flat, offsets = fn(typed, np.asarray(flat, np.int64), np.asarray(offsets, np.int64), num_ranks)
+    return Plan(flat, offsets, num_ranks)

@@ -1,0 +1,121 @@
+"""`cfmtrain balance`: the packing-quality table (CSV, Markdown) of every strategy for a data
+set, and Figure 12. Reads only the graph store's per-graph size table.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cfmtrain.atomic import atomic_path
+from cfmtrain.balance.costs import MEASURES, graph_costs
+from cfmtrain.balance.figure import plot_figure12
+from cfmtrain.balance.metrics import plan_metrics, repeated_fraction
+from cfmtrain.balance.strategies import STRATEGIES, algorithm1, fixed_count
+
+# (row label, strategy, seeded): the paper's deterministic Algorithm 1, ours randomised per epoch,
+# and the peers with their default shuffling.
+VARIANTS = [("algorithm1", "algorithm1", False), ("algorithm1+random", "algorithm1", True),
+            *[(name, name, True) for name in STRATEGIES if name != "algorithm1"]]
+
+
+def packing_table(sizes: np.ndarray, capacity: float, ranks: list[int], seed: int = 0,
+                  oversize: str = "error") -> pd.DataFrame:
+    """One row per (rank count, strategy): plan metrics of epoch 0 and batches repeated in 1."""
+    rows = []
+    for num_ranks in ranks:
+        for label, name, seeded in VARIANTS:
+            options = {"oversize": oversize} if "oversize" in _parameters(name) else {}
+            run = dict(seed=seed if seeded else None, **options)
+            plan = STRATEGIES[name](sizes, capacity, num_ranks, epoch=0, **run)
+            following = STRATEGIES[name](sizes, capacity, num_ranks, epoch=1, **run)
+            metrics = plan_metrics(plan, sizes, capacity)
+            rows.append({"ranks": num_ranks, "strategy": label, **metrics,
+                         "excess_bins": metrics["bins"] - metrics["lower_bound"],
+                         "repeated": repeated_fraction(plan, following)})
+    return pd.DataFrame(rows)
+
+
+def _parameters(name: str) -> tuple[str, ...]:
+    code = STRATEGIES[name].__code__
+    return code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+
+
+def markdown(table: pd.DataFrame, title: str) -> str:
+    """The table as GitHub Markdown."""
+    lines = [f"### {title}", "",
+             "| R | strategy | bins | lower bound | mean fill | padding | step balance | "
+             "epoch cost | max load | repeated | copies |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in table.itertuples():
+        lines.append(f"| {r.ranks} | {r.strategy} | {r.bins:,} | {r.lower_bound:,} | "
+                     f"{r.mean_fill:.4f} | {r.padding:.4f} | {r.step_balance:.5f} | "
+                     f"{r.epoch_cost:.4f} | {r.max_load:g} | {r.repeated:.3f} | {r.copies} |")
+    lines += ["", "Step balance: mean over steps of mean/max load among the R bins of a step. "
+              "Epoch cost: sum over steps of the largest load, times R, over the total size "
+              "(1 = a perfect split). Repeated: share of epoch 1's batches already in epoch 0. "
+              "Copies: padding repeats (weight 0)."]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(sizes: np.ndarray, subsets: np.ndarray, names: list[str], *, capacity: float,
+                 ranks: list[int], seed: int, unit: str, dataset: str, csv: Path,
+                 markdown_path: Path, figure: Path | None, figure_ranks: int = 8,
+                 figure_steps: int = 2, figure_batch: int = 4, oversize: str = "error") -> None:
+    """Table (CSV, Markdown) and Figure 12 for one size array."""
+    table = packing_table(sizes, capacity, ranks, seed, oversize)
+    with atomic_path(csv) as tmp:
+        table.to_csv(tmp, index=False)
+    title = f"Packing quality, {dataset}: {len(sizes):,} graphs, capacity {capacity:g} {unit}"
+    with atomic_path(markdown_path) as tmp:
+        tmp.write_text(markdown(table, title))
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    if figure is not None:
+        fixed = fixed_count(sizes, capacity, figure_ranks, seed=seed, graphs_per_batch=figure_batch)
+        balanced = algorithm1(sizes, capacity, figure_ranks, oversize=oversize)
+        plot_figure12(fixed, balanced, sizes, subsets, names, capacity=capacity, unit=unit,
+                      steps=figure_steps, path=figure,
+                      title=f"Figure 12 ({dataset}): graphs per rank per step, "
+                            f"{figure_ranks} ranks")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Graph store, size measure, capacity, rank counts, outputs."""
+    parser.add_argument("--graphs", type=Path, nargs="+", required=True,
+                        help="graph store: shard .h5 files or folders (several = their union)")
+    parser.add_argument("--name", default=None, help="data set name for titles")
+    parser.add_argument("--capacity", type=float, default=3072, help="bin capacity (size units)")
+    parser.add_argument("--ranks", type=int, nargs="+", default=[8, 64], help="rank counts")
+    parser.add_argument("--measure", choices=MEASURES, default="atoms", help="graph size")
+    parser.add_argument("--a", type=float, default=1.0, help="linear cost: per atom")
+    parser.add_argument("--b", type=float, default=0.0, help="linear cost: per edge")
+    parser.add_argument("--seed", type=int, default=0, help="shuffling seed")
+    parser.add_argument("--oversize", choices=["error", "own_bin"], default="error",
+                        help="graphs above the capacity: fail, or a bin of their own")
+    parser.add_argument("--figure-ranks", type=int, default=8, help="ranks drawn in Figure 12")
+    parser.add_argument("--figure-steps", type=int, default=2, help="steps drawn in Figure 12")
+    parser.add_argument("--figure-batch", type=int, default=4,
+                        help="graphs per batch of the fixed-count panel (paper: 4)")
+    parser.add_argument("--csv", type=Path, required=True)
+    parser.add_argument("--markdown", type=Path, required=True)
+    parser.add_argument("--figure", type=Path, default=None, help="Figure 12 PNG (+ PDF beside)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the store's size table, write the table and the figure."""
+    from cfmtrain.graphs.store import GraphStore
+
+    store = GraphStore(args.graphs if len(args.graphs) > 1 else args.graphs[0])
+    sizes = graph_costs(store.num_atoms, store.num_edges, args.measure, args.a, args.b)
+    unit = {"atoms": "atoms", "edges": "edges"}.get(args.measure,
+                                                     f"cost {args.a:g}·atoms + {args.b:g}·edges")
+    write_report(sizes, np.asarray(store.subsets), list(store.subset_names),
+                 capacity=args.capacity, ranks=args.ranks, seed=args.seed, unit=unit,
+                 dataset=args.name or args.graphs[0].name, csv=args.csv,
+                 markdown_path=args.markdown, figure=args.figure, figure_ranks=args.figure_ranks,
+                 figure_steps=args.figure_steps, figure_batch=args.figure_batch,
+                 oversize=args.oversize)
+    return 0
