@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "bench": ("cfmtrain.bench.cli", "benchmarks: graphs, balance, kernels", True),
     "launch": ("cfmtrain.launch", "run R ranks: srun under Slurm, else torchrun", False),
     "train": ("cfmtrain.train.cli", "data-parallel MACE training (one ablation cell)", True),
+    "baseline-check": ("cfmtrain.train.baseline_check", "baseline step time against "
+                       "mace-torch's own mace_run_train", True),
     "sweep": ("cfmtrain.sweep.cli", "batch-size and bin-capacity sweeps", True),
     "simulate": ("cfmtrain.simulate.cli", "cost model and epoch-time simulator", False),
     "figure": ("cfmtrain.plots.cli", "draw one figure of the paper from results files", False),

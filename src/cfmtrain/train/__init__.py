@@ -1,0 +1,5 @@
+"""Stage 5: data-parallel MACE training (`cfmtrain train`) for the ablation variants.
+
+Modules: config, data, sampling, model, loss, metrics, loop, checkpoint, summary, build, runner,
+cli; distenv maps torchrun/Slurm environments to ranks.
+"""

@@ -1,0 +1,156 @@
+"""Everything one training run holds: data sets, model (fused by variant), DDP wrapper, Adam with
+mace-torch's parameter groups, LR scheduler, EMA and the batch sampler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch_ema import ExponentialMovingAverage
+
+from cfmtrain.data.split import load_split
+from cfmtrain.graphs.store import GraphStore
+from cfmtrain.train import model as model_mod
+from cfmtrain.train.config import TrainConfig
+from cfmtrain.train.data import GraphDataset, make_loader, nested_subset
+from cfmtrain.train.distenv import DistEnv
+from cfmtrain.train.metrics import ErrorSums
+from cfmtrain.train.sampling import make_train_sampler
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclasses.dataclass
+class Run:
+    """The state of one training process (one rank)."""
+
+    cfg: TrainConfig
+    env: DistEnv
+    device: torch.device
+    out: Path
+    store: GraphStore
+    parts: dict[str, np.ndarray]  # store indices of train (nested subset), valid, test
+    stats: model_mod.DataStats
+    model: torch.nn.Module  # the trained module (fused kernels in kernel variants)
+    ddp: torch.nn.Module  # DDP around model, or model itself on one rank
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    ema: ExponentialMovingAverage | None
+    sampler: object
+    train_set: GraphDataset
+    valid_set: GraphDataset
+    test_set: GraphDataset
+    kernel_backend: str
+    dataset: str = ""
+    global_step: int = 0
+    train_errors: ErrorSums = dataclasses.field(default_factory=ErrorSums)
+
+    def make_loader(self, dataset: GraphDataset, batch_sampler) -> torch.utils.data.DataLoader:
+        """A loader with the configured workers and pinned memory."""
+        return make_loader(dataset, batch_sampler, self.cfg.batch.num_workers,
+                           self.cfg.batch.pin_memory)
+
+
+def load_parts(store: GraphStore, split_path: Path, cfg: TrainConfig) -> dict[str, np.ndarray]:
+    """The shared split, with the training part cut to the nested `train_fraction`."""
+    parts = load_split(split_path)
+    for name, idx in parts.items():
+        if len(idx) and (idx.min() < 0 or idx.max() >= len(store)):
+            raise ValueError(f"{split_path}: {name} indices out of range for the {len(store)} "
+                             f"graphs of {store.path}")
+    if not len(parts["train"]):
+        raise ValueError(f"{split_path}: the training split is empty")
+    parts["train"] = nested_subset(parts["train"], store.subsets, cfg.train_fraction, cfg.seed)
+    return parts
+
+
+def make_model(cfg: TrainConfig, store: GraphStore, parts: dict, env: DistEnv,
+               stats: dict | None) -> tuple[torch.nn.Module, model_mod.DataStats]:
+    """A new ScaleShiftMACE from (saved or computed) statistics, or the user's model."""
+    if cfg.model.init_model:
+        model = model_mod.load_user_model(cfg.model.init_model, store.cutoff)
+        return model, model_mod.stats_of(model)
+    r_max = cfg.model.r_max or store.cutoff
+    if r_max > store.cutoff + 1e-9:
+        raise ValueError(f"config model.r_max {r_max} exceeds the store's cutoff "
+                         f"{store.cutoff} ({store.path}); the edges were built for the cutoff")
+    if stats is None:
+        others = np.concatenate([parts["valid"], parts["test"]])
+        extra = model_mod.store_elements(store, others[env.rank::env.world_size])
+        extra = _union_over_ranks(extra, env.world_size)
+        data_stats = model_mod.compute_stats(store, parts["train"], extra, env.rank,
+                                             env.world_size)
+    else:
+        data_stats = model_mod.DataStats(**stats)
+    return model_mod.build_model(cfg.model, data_stats, r_max, cfg.seed), data_stats
+
+
+def _union_over_ranks(zs: np.ndarray, world_size: int) -> np.ndarray:
+    mask = torch.zeros(model_mod.MAX_Z, dtype=torch.float64)
+    mask[torch.as_tensor(zs, dtype=torch.long)] = 1
+    if world_size > 1:
+        torch.distributed.all_reduce(mask)
+    return np.flatnonzero(mask.numpy() > 0)
+
+
+def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
+    """mace-torch's groups: weight decay on the interactions' linear weights and the products."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        interaction_linear = name.startswith("interactions.") and (
+            "linear.weight" in name or "skip_tp_full.weight" in name)
+        (decay if interaction_linear or name.startswith("products.") else no_decay).append(p)
+    return [{"params": decay, "weight_decay": cfg.optim.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def make_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer):
+    """ReduceLROnPlateau on the validation loss (mace-torch's default), exponential, or none."""
+    o = cfg.optim
+    if o.scheduler == "plateau":
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=o.lr_factor,
+                                                          patience=o.patience)
+    gamma = o.gamma if o.scheduler == "exponential" else 1.0
+    return torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=gamma)
+
+
+def build_run(cfg: TrainConfig, graphs: Path | list[Path], split: Path, out: Path, env: DistEnv,
+              device: torch.device, stats: dict | None = None) -> Run:
+    """Build every part of a run on this rank (collectives inside: call on every rank)."""
+    dtype = DTYPES[cfg.model.dtype]
+    torch.set_default_dtype(dtype)
+    store = GraphStore(graphs)
+    parts = load_parts(store, split, cfg)
+    model, data_stats = make_model(cfg, store, parts, env, stats)
+    model = model.to(dtype).to(device)
+    backend = "e3nn (mace-torch)"
+    if cfg.fused:  # after the move: fuse_model picks the backend from the model's device
+        from cfmtrain.kernels import fuse_model, kernel_backend
+
+        model = fuse_model(model)
+        backend = ", ".join(f"{k}={v}" for k, v in kernel_backend(model).items())
+    ddp = model
+    if env.world_size > 1:
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    params = list(model.parameters())
+    optimizer = torch.optim.Adam(param_groups(model, cfg), lr=cfg.optim.lr,
+                                 amsgrad=cfg.optim.amsgrad)
+    ema = (ExponentialMovingAverage(params, decay=cfg.optim.ema_decay)
+           if cfg.optim.ema_decay > 0 else None)
+    z_table = model_mod.z_table_of(model)
+    r_max = float(model.r_max)
+    use_stress = cfg.optim.stress_weight > 0
+    sets = {name: GraphDataset(store, idx, z_table, r_max, dtype, use_stress)
+            for name, idx in parts.items()}
+    sampler = make_train_sampler(cfg, sets["train"].num_atoms, sets["train"].num_edges,
+                                 env.rank, env.world_size)
+    return Run(cfg=cfg, env=env, device=device, out=out, store=store, parts=parts,
+               stats=data_stats, model=model, ddp=ddp, params=params, optimizer=optimizer,
+               scheduler=make_scheduler(cfg, optimizer), ema=ema, sampler=sampler,
+               train_set=sets["train"], valid_set=sets["valid"], test_set=sets["test"],
+               kernel_backend=backend)

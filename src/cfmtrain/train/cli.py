@@ -1,0 +1,107 @@
+"""`cfmtrain train`: data-parallel MACE training on a graph store, one variant of the ablation.
+
+Launch one process per rank with `cfmtrain launch --ranks R -- train ...` (torchrun locally,
+srun under Slurm); a plain `cfmtrain train` is one rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cfmtrain.train.config import VARIANTS, ConfigError, load_config, to_dict
+
+# Keys that may differ between a checkpoint and the run that resumes it.
+RESUMABLE = {"epochs", "max_steps", "checkpoint_every", "progress", "timeout_s", "threads",
+             "measure_straggler", "batch.num_workers", "batch.pin_memory"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `cfmtrain train`."""
+    parser.add_argument("--graphs", type=Path, nargs="+", required=True,
+                        help="graph store: a shard folder, or several (a union, in order)")
+    parser.add_argument("--split", type=Path, required=True, help="split .npz (cfmtrain split)")
+    parser.add_argument("--output", type=Path, required=True, help="run folder to write")
+    parser.add_argument("--variant", choices=VARIANTS, help="ablation variant (config: variant)")
+    parser.add_argument("--config", type=Path, help="YAML file of training config keys")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a config key, e.g. optim.lr=0.01")
+    parser.add_argument("--resume", metavar="auto|PATH",
+                        help="continue from a checkpoint; auto: the run folder's, if there is one "
+                             "of an unfinished run with the same settings")
+    parser.add_argument("--dataset", help="data set name recorded in summary.json "
+                                          "(default: the graph folder's name)")
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def _resume_state(args: argparse.Namespace, overrides: list[str]) -> dict | None:
+    """The checkpoint to resume from: --resume PATH, or with auto the run folder's checkpoint
+    unless its run is finished or was made with other settings (then start afresh)."""
+    from cfmtrain.train.checkpoint import CHECKPOINT, load_checkpoint
+
+    if args.resume is None:
+        return None
+    path = args.output / CHECKPOINT if args.resume == "auto" else Path(args.resume)
+    if args.resume != "auto":
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: checkpoint not found")
+        return load_checkpoint(path)
+    if not path.exists():
+        return None
+    state = load_checkpoint(path)
+    wanted = _flat(to_dict(load_config(args.config, overrides)))
+    saved = _flat(state["config"])
+    changed = sorted(k for k in wanted if k not in RESUMABLE and saved.get(k) != wanted[k])
+    finished = state["epoch"] >= wanted["epochs"] and state["batches_done"] == 0
+    if changed or finished:
+        why = f"settings changed ({', '.join(changed)})" if changed else "its run is finished"
+        print(f"{path}: not resumed, {why}: starting afresh", file=sys.stderr)
+        return None
+    return state
+
+
+def run(args: argparse.Namespace) -> int:
+    """Set up torch.distributed, build the run on every rank, train, export."""
+    import warnings
+
+    import mace  # noqa: F401  (before e3nn: see SPEC)
+    import torch
+
+    for noise in ("The TorchScript type system", "`torch.jit.script` is deprecated"):
+        warnings.filterwarnings("ignore", message=noise)
+
+    from cfmtrain.train import distenv
+    from cfmtrain.train.build import build_run
+    from cfmtrain.train.runner import train
+
+    overrides = list(args.overrides) + ([f"variant={args.variant}"] if args.variant else [])
+    try:
+        state = _resume_state(args, overrides)
+        cfg = load_config(args.config, overrides, base=state["config"] if state else None)
+    except ConfigError as err:
+        print(f"cfmtrain train: {err}", file=sys.stderr)
+        return 2
+    env = distenv.DistEnv.from_environ()
+    device = distenv.init_process_group(env, timeout_s=cfg.timeout_s)
+    try:
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        args.output.mkdir(parents=True, exist_ok=True)
+        if env.rank == 0:
+            from cfmtrain.train.summary import write_json
+
+            write_json(args.output / "config.json", to_dict(cfg))
+        graphs = args.graphs[0] if len(args.graphs) == 1 else list(args.graphs)
+        run_state = build_run(cfg, graphs, args.split, args.output, env, device,
+                              stats=state["stats"] if state else None)
+        run_state.dataset = args.dataset or args.graphs[0].resolve().name
+        return train(run_state, state)
+    finally:
+        distenv.destroy()

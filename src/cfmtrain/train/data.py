@@ -1,0 +1,131 @@
+"""Graphs from a GraphStore as mace-torch AtomicData, the training subset, and the data loaders.
+
+The store's precomputed edges are used as they are (shifts = unit_shifts @ cell); nothing is
+recomputed. Batches come from a batch sampler that every rank computes identically.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from mace.data import AtomicData
+from mace.tools import AtomicNumberTable
+from mace.tools.torch_geometric.dataloader import Collater
+
+from cfmtrain.graphs.store import GraphStore
+
+
+def nested_subset(indices: np.ndarray, subsets: np.ndarray, fraction: float, seed: int
+                  ) -> np.ndarray:
+    """The first `fraction` of each subset's members in a seeded order, sorted: smaller
+    fractions give subsets of larger ones (the nested small/medium/large sizes)."""
+    if fraction >= 1.0:
+        return np.asarray(indices, np.int64)
+    rng = np.random.default_rng(seed)
+    keep = []
+    for subset in np.unique(subsets[indices]):
+        members = rng.permutation(indices[subsets[indices] == subset])
+        keep.append(members[: max(1, int(np.ceil(fraction * len(members))))])
+    return np.sort(np.concatenate(keep)).astype(np.int64)
+
+
+def molecule_cell(positions: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: float
+                  ) -> np.ndarray:
+    """mace-torch's cell for non-periodic directions (a large box), so that stress and volume
+    stay finite; shifts are unchanged since non-periodic unit shifts are zero."""
+    cell = np.array(cell, dtype=np.float64)
+    if not cell.any():
+        cell = np.identity(3)
+    extent = (np.abs(positions).max() if len(positions) else 0.0) + 1.0
+    for axis in range(3):
+        if not pbc[axis]:
+            cell[axis] = extent * 5 * cutoff * np.identity(3)[axis]
+    return cell
+
+
+class GraphDataset(torch.utils.data.Dataset):
+    """Graphs `indices` of `store` as AtomicData for a model with `z_table` and `cutoff`."""
+
+    def __init__(self, store: GraphStore, indices: np.ndarray, z_table: AtomicNumberTable,
+                 cutoff: float, dtype: torch.dtype, use_stress: bool = False):
+        self.store, self.indices = store, np.asarray(indices, np.int64)
+        self.cutoff, self.dtype, self.use_stress = cutoff, dtype, use_stress
+        self.z_table = z_table
+        self.z_to_index = np.full(119, -1, np.int64)
+        self.z_to_index[list(z_table.zs)] = np.arange(len(z_table.zs))
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @property
+    def num_atoms(self) -> np.ndarray:
+        """Atoms per item (from the store's size table, no graph read)."""
+        return self.store.num_atoms[self.indices]
+
+    @property
+    def num_edges(self) -> np.ndarray:
+        """Edges per item."""
+        return self.store.num_edges[self.indices]
+
+    def graph(self, item: int) -> dict:
+        """The raw graph dict of item `item`."""
+        return self.store[int(self.indices[item])]
+
+    def __getitem__(self, item: int | tuple[int, float]) -> AtomicData:
+        """Item `item`, or `(item, weight)` to weight the graph's loss (a repeated graph)."""
+        item, weight = item if isinstance(item, tuple) else (item, 1.0)
+        index = int(self.indices[item])
+        g = self.store[index]
+        g["store_id"] = index
+        species = self.z_to_index[g["numbers"]]
+        if (species < 0).any():
+            missing = sorted(set(g["numbers"][species < 0].tolist()))
+            raise ValueError(f"{self.store.path}: graph {index} has elements {missing} that the "
+                             f"model does not know (model elements: {list(self.z_table.zs)})")
+        data = self.to_atomic_data(g, species)
+        if weight != 1.0:
+            data.weight = data.weight * weight
+        return data
+
+    def to_atomic_data(self, g: dict, species: np.ndarray) -> AtomicData:
+        """The graph as mace-torch's AtomicData (the fields AtomicData.from_config fills)."""
+        f = self.dtype
+        n = len(species)
+        cell = molecule_cell(g["positions"], g["cell"], g["pbc"], self.cutoff)
+        unit_shifts = torch.as_tensor(g["unit_shifts"], dtype=f)
+        cell_t = torch.as_tensor(cell, dtype=f)
+        one = torch.tensor(1.0, dtype=f)
+        has_stress = self.use_stress and "stress" in g
+        stress = torch.as_tensor(g["stress"], dtype=f) if has_stress else torch.zeros(3, 3, dtype=f)
+        volume = torch.linalg.det(cell_t)
+        return AtomicData(
+            edge_index=torch.as_tensor(g["edge_index"], dtype=torch.long),
+            node_attrs=torch.nn.functional.one_hot(torch.as_tensor(species),
+                                                   len(self.z_table)).to(f),
+            positions=torch.as_tensor(g["positions"], dtype=f),
+            shifts=unit_shifts @ cell_t, unit_shifts=unit_shifts, cell=cell_t,
+            weight=one, head=torch.tensor(0, dtype=torch.long), energy_weight=one,
+            forces_weight=one, stress_weight=one if has_stress else torch.tensor(0.0, dtype=f),
+            virials_weight=one, dipole_weight=torch.ones(1, 3, dtype=f), charges_weight=one,
+            polarizability_weight=torch.ones(1, 3, 3, dtype=f),
+            forces=torch.as_tensor(g["forces"], dtype=f), energy=torch.tensor(g["energy"], dtype=f),
+            stress=stress.unsqueeze(0), virials=torch.zeros(1, 3, 3, dtype=f),
+            dipole=torch.zeros(1, 3, dtype=f), charges=torch.zeros(n, dtype=f),
+            polarizability=torch.zeros(1, 3, 3, dtype=f), elec_temp=torch.tensor(0.0, dtype=f),
+            total_charge=torch.tensor(0.0, dtype=f), total_spin=one.clone(),
+            pbc=torch.as_tensor(np.asarray(g["pbc"], bool)).view(1, 3),
+            density_coefficients=torch.zeros(n, 1, dtype=f),
+            rcell=(2 * torch.pi * torch.linalg.inv(cell_t.mT)) if volume.abs() > 0
+            else torch.zeros(3, 3, dtype=f),
+            volume=volume, fermi_level=torch.tensor(0.0, dtype=f),
+            external_field=torch.zeros(1, 3, dtype=f),
+            store_id=torch.tensor(int(g.get("store_id", -1))),
+        )
+
+
+def make_loader(dataset: GraphDataset, batch_sampler, num_workers: int = 0,
+                pin_memory: bool = False) -> torch.utils.data.DataLoader:
+    """A DataLoader over `batch_sampler`'s index lists, collated as mace-torch does."""
+    return torch.utils.data.DataLoader(
+        dataset, batch_sampler=batch_sampler, num_workers=num_workers, pin_memory=pin_memory,
+        collate_fn=Collater(follow_batch=[None], exclude_keys=[None]))

@@ -1,0 +1,148 @@
+"""The training step and epoch: timed data wait, compute, straggler wait and all-reduce per rank,
+a global loss from all-reduced counts, NaN checks, EMA; and evaluation with the EMA weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from cfmtrain.train.loss import distributed_loss
+from cfmtrain.train.metrics import ErrorSums, StepTimes
+from cfmtrain.train.sampling import global_step_counts
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A NaN or infinite loss; the message names the step and the graphs of the batch."""
+
+
+class StopFlag:
+    """Set by SIGTERM (Slurm preemption, `--signal`); ranks agree on it after every step."""
+
+    def __init__(self):
+        self.requested = False
+
+    def install(self) -> None:
+        """Handle SIGTERM by asking the loop to checkpoint and stop at the next step end."""
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "requested", True))
+
+
+def world_size() -> int:
+    """Ranks in the run (1 without torch.distributed)."""
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def forward_backward(model: torch.nn.Module, batch, graphs: float, atoms: float, cfg,
+                     step: int, measure: bool) -> tuple[torch.Tensor, dict]:
+    """Forward, loss over the global counts, local backward (DDP's all-reduce deferred in
+    measurement mode); returns the detached loss and the predictions."""
+    ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+    sync = model.no_sync() if measure and ddp else contextlib.nullcontext()
+    with sync:
+        pred = model(batch.to_dict(), training=True, compute_force=True,
+                     compute_stress=cfg.optim.stress_weight > 0)
+        loss = distributed_loss(batch, pred, graphs, atoms, world_size(), cfg.optim)
+        if not torch.isfinite(loss):
+            graphs_in = batch.store_id.tolist() if hasattr(batch, "store_id") else "?"
+            raise NonFiniteLossError(f"non-finite loss {loss.item()} at step {step}; batch of "
+                                     f"{batch.num_graphs} graphs, store indices {graphs_in}")
+        loss.backward()
+    return loss.detach(), pred
+
+
+def allreduce_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Average gradients over ranks in one flat all-reduce (measurement mode)."""
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    grads = [p.grad for p in params]
+    flat = _flatten_dense_tensors(grads)
+    dist.all_reduce(flat)
+    flat /= world_size()
+    for grad, reduced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+        grad.copy_(reduced)
+
+
+def train_step(run, batch, graphs: float, atoms: float, step: int, times: StepTimes
+               ) -> tuple[torch.Tensor, dict]:
+    """One optimisation step on this rank's batch; fills `times`; returns (loss, predictions)."""
+    cfg, measure = run.cfg, run.cfg.measure_straggler and world_size() > 1
+    t0 = time.perf_counter()
+    batch = batch.to(run.device, non_blocking=True)
+    run.optimizer.zero_grad(set_to_none=True)
+    loss, pred = forward_backward(run.ddp, batch, graphs, atoms, cfg, step, measure)
+    t1 = time.perf_counter()
+    times.compute_s = t1 - t0
+    if measure:
+        dist.barrier()  # the straggler cost: waiting for the slowest rank's backward
+        t2 = time.perf_counter()
+        allreduce_gradients(run.params)
+        t3 = time.perf_counter()
+        times.wait_s, times.allreduce_s, t1 = t2 - t1, t3 - t2, t3
+    if cfg.optim.clip_grad > 0:
+        torch.nn.utils.clip_grad_norm_(run.params, max_norm=cfg.optim.clip_grad)
+    run.optimizer.step()
+    if run.ema is not None:
+        run.ema.update()
+    times.optim_s = time.perf_counter() - t1
+    return loss, pred
+
+
+def train_epoch(run, epoch: int, skip: int, on_step: Callable[[int, list], bool]) -> list[list]:
+    """Steps `skip`.. of `epoch`; `on_step(steps_done_in_epoch, record)` returns True to stop.
+    Returns this rank's step records (metrics.STEP_FIELDS)."""
+    run.sampler.set_epoch(epoch)  # keeps a resumed sampler's start step within its epoch
+    counts = global_step_counts(run.sampler, run.train_set.num_atoms)
+    loader = run.make_loader(run.train_set, run.sampler)  # starts at step `skip` when resumed
+    records: list[list] = []
+    iterator, step = iter(loader), skip
+    while True:
+        times, t0 = StepTimes(), time.perf_counter()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            break
+        times.data_s = time.perf_counter() - t0
+        graphs, atoms = counts[step].tolist()
+        loss, pred = train_step(run, batch, graphs, atoms, run.global_step, times)
+        run.train_errors.add(batch, pred, run.cfg.optim.stress_weight > 0)
+        run.global_step += 1
+        step += 1
+        record = [epoch, run.global_step - 1, run.env.rank, int(batch.num_graphs),
+                  int(batch.num_nodes), int(batch.edge_index.shape[1]), times.data_s,
+                  times.compute_s, times.wait_s, times.allreduce_s, times.optim_s, times.step_s,
+                  float(loss) / world_size()]
+        records.append(record)
+        if on_step(step, record):
+            break
+    return records
+
+
+def evaluate(run, dataset, batch_graphs: int, group_of: np.ndarray | None = None,
+             groups: int = 1) -> ErrorSums:
+    """Errors of the (EMA) model on this rank's share of `dataset`, summed over ranks; with
+    `group_of` (store index -> group id) one row per group."""
+    rank, world = run.env.rank, world_size()
+    share = list(range(rank, len(dataset), world))
+    batches = [share[i:i + batch_graphs] for i in range(0, len(share), batch_graphs)]
+    sums = ErrorSums(groups)
+    use_stress = run.cfg.optim.stress_weight > 0
+    ema = run.ema.average_parameters() if run.ema is not None else contextlib.nullcontext()
+    with ema:
+        for batch in run.make_loader(dataset, batches):
+            batch = batch.to(run.device)
+            pred = run.model(batch.to_dict(), training=False, compute_force=True,
+                             compute_stress=use_stress)
+            rows = None
+            if group_of is not None:
+                rows = torch.as_tensor(group_of[batch.store_id.cpu().numpy()], dtype=torch.long)
+            sums.add(batch, {k: v.detach() for k, v in pred.items() if v is not None},
+                     use_stress, rows)
+    return sums.reduced()

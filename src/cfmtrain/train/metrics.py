@@ -1,0 +1,92 @@
+"""Error sums (energy per atom and force MAE, loss terms) accumulated per rank and all-reduced,
+and the per-step timing record of one rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.distributed as dist
+
+from cfmtrain.train.config import OptimConfig
+from cfmtrain.train.loss import combine
+
+# Layout of an ErrorSums vector.
+FIELDS = ("loss_e", "loss_f", "loss_s", "abs_e_per_atom", "abs_f", "graphs", "atoms")
+STEP_FIELDS = ("epoch", "step", "rank", "graphs", "atoms", "edges", "data_s", "compute_s",
+               "wait_s", "allreduce_s", "optim_s", "step_s", "loss")
+
+
+def per_graph_errors(batch, pred: dict, use_stress: bool) -> torch.Tensor:
+    """[graphs, len(FIELDS)] float64: each graph's weighted squared-error terms (as in
+    loss.error_sums), absolute energy error per atom, summed absolute force error, 1, atoms."""
+    n = (batch.ptr[1:] - batch.ptr[:-1]).double()
+    w = (batch.weight).double()
+    d_e = (batch.energy - pred["energy"]).double()
+    d_f = (batch.forces - pred["forces"]).double()
+    graph_of_atom = batch.batch
+    f_sq = torch.zeros_like(n).index_add_(0, graph_of_atom, d_f.square().sum(-1))
+    f_abs = torch.zeros_like(n).index_add_(0, graph_of_atom, d_f.abs().sum(-1))
+    s_sq = torch.zeros_like(n)
+    if use_stress:
+        s_sq = (w * batch.stress_weight.double()) * (batch.stress - pred["stress"]).double(
+        ).square().sum((-1, -2))
+    real = (w > 0).double()  # padding copies (weight 0) are not counted in errors
+    return torch.stack([w * batch.energy_weight.double() * (d_e / n).square(),
+                        w * batch.forces_weight.double() * f_sq, s_sq, real * d_e.abs() / n,
+                        real * f_abs, real, real * n], dim=1)
+
+
+class ErrorSums:
+    """Sums of errors over graphs, one row per group (e.g. subset); `reduced()` sums ranks."""
+
+    def __init__(self, groups: int = 1, values: torch.Tensor | None = None):
+        self.values = (torch.zeros(groups, len(FIELDS), dtype=torch.float64) if values is None
+                       else values)
+
+    def add(self, batch, pred: dict, use_stress: bool, groups: torch.Tensor | None = None
+            ) -> None:
+        """Add one batch's errors; `groups` gives each graph's row (default row 0)."""
+        with torch.no_grad():
+            rows = per_graph_errors(batch, pred, use_stress)
+            if groups is None:
+                groups = torch.zeros(len(rows), dtype=torch.long)
+            self.values.index_add_(0, groups, rows)
+
+    def reduced(self) -> ErrorSums:
+        """The sums over all ranks (a collective: every rank must call it)."""
+        values = self.values.clone()
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(values)
+        return ErrorSums(values=values)
+
+    def as_dict(self, cfg: OptimConfig, row: int | None = None) -> dict[str, float]:
+        """loss (mace-torch's), mae_energy_per_atom (eV/atom), mae_forces (eV/Å), graphs; for
+        one group row, or over all rows."""
+        values = self.values.sum(0) if row is None else self.values[row]
+        v = dict(zip(FIELDS, values.tolist(), strict=True))
+        if v["graphs"] == 0:
+            return {"loss": float("nan"), "mae_energy_per_atom": float("nan"),
+                    "mae_forces": float("nan"), "graphs": 0}
+        loss = combine(values[:3], v["graphs"], v["atoms"], cfg)
+        return {"loss": float(loss), "mae_energy_per_atom": v["abs_e_per_atom"] / v["graphs"],
+                "mae_forces": v["abs_f"] / (3 * v["atoms"]), "graphs": int(v["graphs"])}
+
+
+@dataclasses.dataclass
+class StepTimes:
+    """One rank's timing of one step, in seconds; wait/allreduce are measured only in
+    measurement mode (NaN otherwise, where DDP overlaps the all-reduce with backward)."""
+
+    data_s: float = 0.0
+    compute_s: float = 0.0
+    wait_s: float = float("nan")
+    allreduce_s: float = float("nan")
+    optim_s: float = 0.0
+
+    @property
+    def step_s(self) -> float:
+        """The whole step: data wait, compute, straggler wait, all-reduce, optimiser."""
+        parts = (self.data_s, self.compute_s, self.wait_s, self.allreduce_s, self.optim_s)
+        return sum(p for p in parts if p == p)

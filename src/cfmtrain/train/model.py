@@ -1,0 +1,133 @@
+"""The model: mace-torch's ScaleShiftMACE built from the config and training-set statistics
+(E0s by least squares, avg_num_neighbors, shift and scale), or a user's .model to fine-tune.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import warnings
+from pathlib import Path
+
+import mace  # noqa: F401  (before e3nn: mace sets up torch.load for e3nn's constants)
+import numpy as np
+import torch
+from e3nn import o3
+from mace import modules
+from mace.tools import AtomicNumberTable
+
+from cfmtrain.graphs.store import GraphStore
+from cfmtrain.train.config import ModelConfig
+
+MAX_Z = 119
+
+
+@dataclasses.dataclass
+class DataStats:
+    """Training-set statistics the model is built from (plain data, saved in checkpoints)."""
+
+    zs: list[int]
+    e0s: list[float]  # per element of zs, eV (least squares over the training set)
+    avg_num_neighbors: float
+    mean: float  # mean per-atom energy after E0s (ScaleShiftMACE shift)
+    std: float  # RMS of the force components (mace-torch's rms_forces_scaling)
+
+
+def _stat_sums(store: GraphStore, indices: np.ndarray) -> np.ndarray:
+    """Per-rank sums: [AtA (MAX_Z^2), Atb, sum c/n, sum E/n, graphs, sum F^2, force comps,
+    edges, atoms with an incoming edge]; A = element counts, b = energies."""
+    ata, atb = np.zeros((MAX_Z, MAX_Z)), np.zeros(MAX_Z)
+    c_over_n, scalars = np.zeros(MAX_Z), np.zeros(6)
+    for index in indices:
+        g = store[int(index)]
+        counts = np.bincount(g["numbers"], minlength=MAX_Z).astype(np.float64)
+        n = len(g["numbers"])
+        ata += np.outer(counts, counts)
+        atb += counts * g["energy"]
+        c_over_n += counts / n
+        receivers = g["edge_index"][1]
+        scalars += [g["energy"] / n, 1.0, np.square(g["forces"]).sum(), 3.0 * n,
+                    len(receivers), len(np.unique(receivers))]
+    return np.concatenate([ata.ravel(), atb, c_over_n, scalars])
+
+
+def compute_stats(store: GraphStore, train: np.ndarray, extra_zs: np.ndarray,
+                  rank: int = 0, world_size: int = 1) -> DataStats:
+    """Statistics over the training graphs, each rank reading a share, summed by all-reduce.
+    `extra_zs` are elements of the validation/test graphs the model must also know."""
+    sums = torch.from_numpy(_stat_sums(store, train[rank::world_size]))
+    if world_size > 1:
+        torch.distributed.all_reduce(sums)
+    sums = sums.numpy()
+    k = MAX_Z * MAX_Z
+    ata, atb = sums[:k].reshape(MAX_Z, MAX_Z), sums[k:k + MAX_Z]
+    c_over_n = sums[k + MAX_Z:k + 2 * MAX_Z]
+    e_over_n, graphs, f2, f_comps, edges, receivers = sums[k + 2 * MAX_Z:]
+    present = np.flatnonzero(np.diag(ata) > 0)
+    zs = sorted(set(present.tolist()) | set(np.asarray(extra_zs, int).tolist()))
+    e0 = np.zeros(MAX_Z)
+    # lstsq on the normal equations = mace-torch's min-norm lstsq on the count matrix
+    e0[present] = np.linalg.lstsq(ata[np.ix_(present, present)], atb[present], rcond=None)[0]
+    mean = (e_over_n - c_over_n @ e0) / graphs
+    rms = float(np.sqrt(f2 / f_comps)) if f_comps else 1.0
+    return DataStats(zs=[int(z) for z in zs], e0s=[float(e0[z]) for z in zs],
+                     avg_num_neighbors=float(edges / max(receivers, 1)), mean=float(mean),
+                     std=rms if rms > 1e-8 else 1.0)
+
+
+def store_elements(store: GraphStore, indices: np.ndarray) -> np.ndarray:
+    """The atomic numbers present in graphs `indices` of the store."""
+    seen = np.zeros(MAX_Z, bool)
+    for index in indices:
+        seen[store[int(index)]["numbers"]] = True
+    return np.flatnonzero(seen)
+
+
+def build_model(cfg: ModelConfig, stats: DataStats, r_max: float, seed: int) -> torch.nn.Module:
+    """ScaleShiftMACE with `cfg`'s sizes; the same seed gives the same initial weights."""
+    torch.manual_seed(seed)
+    block = modules.interaction_classes["RealAgnosticResidualInteractionBlock"]
+    return modules.ScaleShiftMACE(
+        r_max=r_max, num_bessel=cfg.num_bessel, num_polynomial_cutoff=cfg.num_polynomial_cutoff,
+        max_ell=cfg.max_ell, interaction_cls=block, interaction_cls_first=block,
+        num_interactions=cfg.num_interactions, num_elements=len(stats.zs),
+        hidden_irreps=o3.Irreps(cfg.hidden_irreps), MLP_irreps=o3.Irreps(cfg.mlp_irreps),
+        atomic_energies=np.array([stats.e0s]), avg_num_neighbors=stats.avg_num_neighbors,
+        atomic_numbers=stats.zs, correlation=cfg.correlation, gate=modules.gate_dict["silu"],
+        radial_MLP=list(cfg.radial_mlp), radial_type="bessel", heads=["Default"],
+        use_reduced_cg=cfg.use_reduced_cg, atomic_inter_scale=stats.std,
+        atomic_inter_shift=stats.mean,
+    )
+
+
+def load_user_model(path: str | Path, cutoff: float) -> torch.nn.Module:
+    """A mace-torch .model file (a full pickle) to fine-tune; checks its cutoff and elements."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: model file not found")
+    print(f"note: loading {path} unpickles it, which runs code from that file; "
+          "load only models you trust", file=sys.stderr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        model = torch.load(path, map_location="cpu", weights_only=False)
+    if not hasattr(model, "atomic_numbers") or not hasattr(model, "r_max"):
+        raise ValueError(f"{path}: not a mace-torch model (no atomic_numbers/r_max)")
+    if float(model.r_max) > cutoff + 1e-9:
+        raise ValueError(f"{path}: model r_max {float(model.r_max)} Å exceeds the graph "
+                         f"store's cutoff {cutoff} Å; rebuild the graphs with a larger cutoff")
+    return model
+
+
+def stats_of(model: torch.nn.Module) -> DataStats:
+    """The statistics a (user's) mace-torch model was built with, for the record."""
+    e0 = torch.atleast_2d(model.atomic_energies_fn.atomic_energies)[0].tolist()
+    scale_shift = getattr(model, "scale_shift", None)
+    return DataStats(zs=[int(z) for z in model.atomic_numbers], e0s=[float(e) for e in e0],
+                     avg_num_neighbors=float(model.interactions[0].avg_num_neighbors),
+                     mean=float(torch.atleast_1d(scale_shift.shift)[0]) if scale_shift else 0.0,
+                     std=float(torch.atleast_1d(scale_shift.scale)[0]) if scale_shift else 1.0)
+
+
+def z_table_of(model: torch.nn.Module) -> AtomicNumberTable:
+    """The model's element table."""
+    return AtomicNumberTable([int(z) for z in model.atomic_numbers])

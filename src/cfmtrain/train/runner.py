@@ -1,0 +1,199 @@
+"""One training run from start (or checkpoint) to the exported model: epochs, validation, the
+LR schedule, checkpoints every N steps, SIGTERM and max_steps stops, and rank 0's outputs.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from cfmtrain.train import checkpoint as ckpt
+from cfmtrain.train import summary
+from cfmtrain.train.build import Run
+from cfmtrain.train.loop import StopFlag, evaluate, train_epoch, world_size
+from cfmtrain.train.metrics import STEP_FIELDS, ErrorSums
+
+
+class Recorder:
+    """Rank 0's rows of steps.csv and epochs.csv (rows past a resumed checkpoint dropped)."""
+
+    def __init__(self, out: Path, is_main: bool, global_step: int, epoch: int):
+        self.out, self.is_main = out, is_main
+        self.steps = [r for r in summary.read_rows(out / "steps.csv")
+                      if int(r["step"]) < global_step] if is_main else []
+        self.epochs = [r for r in summary.read_rows(out / "epochs.csv")
+                       if int(r["epoch"]) < epoch] if is_main else []
+
+    def add_steps(self, records: list[list]) -> None:
+        """Gather every rank's step records to rank 0 and write steps.csv (a collective)."""
+        gathered = [None] * world_size()
+        if world_size() > 1:
+            dist.all_gather_object(gathered, records)
+        else:
+            gathered = [records]
+        if self.is_main:
+            rows = sorted((r for part in gathered for r in part), key=lambda r: (r[1], r[2]))
+            self.steps += [dict(zip(STEP_FIELDS, r, strict=True)) for r in rows]
+            summary.write_rows(self.out / "steps.csv", STEP_FIELDS, self.steps)
+
+    def epoch_records(self, epoch: int) -> np.ndarray:
+        """This epoch's step rows (all ranks) as floats."""
+        rows = [[float(r[k]) for k in STEP_FIELDS] for r in self.steps if int(r["epoch"]) == epoch]
+        return np.array(rows).reshape(-1, len(STEP_FIELDS))
+
+    def add_epoch(self, row: dict) -> None:
+        if self.is_main:
+            self.epochs.append(row)
+            summary.write_rows(self.out / "epochs.csv", summary.EPOCH_FIELDS, self.epochs)
+
+
+def _agree(run: Run, stop: StopFlag) -> bool:
+    """True on every rank if any rank got SIGTERM (one tiny all-reduce per step)."""
+    flag = torch.tensor([1.0 if stop.requested else 0.0])
+    if world_size() > 1:
+        dist.all_reduce(flag)
+    return bool(flag.item() > 0)
+
+
+def _checkpoint(run: Run, epoch: int, done: int, t_start: float, pending: list,
+                recorder: Recorder) -> None:
+    """A mid-epoch checkpoint (collective: gathers step records and partial sums)."""
+    recorder.add_steps(pending)
+    pending.clear()
+    partial = {"sums": run.train_errors.reduced().values,
+               "elapsed_s": time.perf_counter() - t_start}
+    if run.env.rank == 0:
+        ckpt.save_checkpoint(ckpt.checkpoint_state(run, epoch, done, partial),
+                             run.out / ckpt.CHECKPOINT)
+
+
+def run_epoch(run: Run, epoch: int, skip: int, partial: dict | None, stop: StopFlag,
+              recorder: Recorder) -> bool:
+    """Train one epoch (from step `skip`), validate, step the scheduler, checkpoint.
+    Returns False if the run must stop (SIGTERM or max_steps) before finishing."""
+    cfg, main = run.cfg, run.env.rank == 0
+    elapsed = partial["elapsed_s"] if partial else 0.0
+    t_start = time.perf_counter() - elapsed
+    run.train_errors = ErrorSums()
+    if partial and main:
+        run.train_errors.values += partial["sums"]
+    steps = len(run.sampler)
+    bar = tqdm(total=steps, initial=skip, desc=f"epoch {epoch}", unit="step", file=sys.stderr,
+               disable=not (main and cfg.progress), mininterval=1.0, leave=False)
+    pending: list[list] = []
+    halt = {"now": False, "mid": False}
+
+    def on_step(done: int, record: list) -> bool:
+        pending.append(record)
+        bar.update(1)
+        halt["now"] = _agree(run, stop) or (0 < cfg.max_steps <= run.global_step)
+        every = cfg.checkpoint_every and run.global_step % cfg.checkpoint_every == 0
+        if done < steps and (halt["now"] or every):
+            _checkpoint(run, epoch, done, t_start, pending, recorder)
+        halt["mid"] = halt["now"] and done < steps
+        return halt["mid"]
+
+    train_epoch(run, epoch, skip, on_step)
+    bar.close()
+    if halt["mid"]:
+        return False
+    wall = time.perf_counter() - t_start
+    recorder.add_steps(pending)
+    _end_epoch(run, epoch, wall, partial is not None, recorder)
+    return not (halt["now"] or _agree(run, stop))
+
+
+def _end_epoch(run: Run, epoch: int, wall: float, resumed: bool, recorder: Recorder) -> None:
+    """Validation, scheduler step, epochs.csv row and the epoch-end checkpoint."""
+    cfg = run.cfg
+    train = run.train_errors.reduced().as_dict(cfg.optim)
+    t0 = time.perf_counter()
+    valid = evaluate(run, run.valid_set, cfg.batch.valid_graphs_per_batch).as_dict(cfg.optim)
+    valid_s = time.perf_counter() - t0
+    if isinstance(run.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        metric = valid["loss"] if valid["graphs"] else train["loss"]
+        run.scheduler.step(metric)
+    else:
+        run.scheduler.step()
+    if run.env.rank == 0:
+        records = recorder.epoch_records(epoch)
+        ratio, wait = summary.compute_balance(records, run.env.world_size)
+        atoms = float(records[:, 4].sum())
+        recorder.add_epoch({
+            "epoch": epoch, "wall_s": wall, "valid_s": valid_s,
+            "steps": len(records) // run.env.world_size, "resumed": int(resumed),
+            "lr": run.optimizer.param_groups[0]["lr"], "train_loss": train["loss"],
+            "train_mae_energy_per_atom": train["mae_energy_per_atom"],
+            "train_mae_forces": train["mae_forces"], "valid_loss": valid["loss"],
+            "valid_mae_energy_per_atom": valid["mae_energy_per_atom"],
+            "valid_mae_forces": valid["mae_forces"], "atoms": int(atoms),
+            "atoms_per_s": atoms / wall if wall > 0 else math.nan,
+            "compute_max_over_mean": ratio, "wait_mean_s": wait})
+        print(f"epoch {epoch}: {wall:.1f} s, train loss {train['loss']:.4g}, valid MAE "
+              f"E {1000 * valid['mae_energy_per_atom']:.2f} meV/atom, "
+              f"F {1000 * valid['mae_forces']:.1f} meV/Å", file=sys.stderr, flush=True)
+        ckpt.save_checkpoint(ckpt.checkpoint_state(run, epoch + 1, 0, None),
+                             run.out / ckpt.CHECKPOINT)
+
+
+def finish(run: Run, recorder: Recorder) -> dict:
+    """Test-set errors per subset, the exported .model, test_mae.csv and summary.json."""
+    cfg, store = run.cfg, run.store
+    names = store.subset_names
+    test = evaluate(run, run.test_set, cfg.batch.valid_graphs_per_batch,
+                    store.subsets.astype(np.int64), len(names))
+    if run.env.rank != 0:
+        return {}
+    rows = []
+    for row, name in [*enumerate(names), (None, "all")]:
+        errors = test.as_dict(cfg.optim, row)
+        if errors["graphs"]:
+            rows.append({"subset": name, "graphs": errors["graphs"],
+                         "mae_energy_meV_per_atom": 1000 * errors["mae_energy_per_atom"],
+                         "mae_forces_meV_per_A": 1000 * errors["mae_forces"]})
+    fields = ("subset", "graphs", "mae_energy_meV_per_atom", "mae_forces_meV_per_A")
+    summary.write_rows(run.out / "test_mae.csv", fields, rows)
+    print("test set MAE\n" + "\n".join(f"  {r['subset']:>16}: {r['graphs']:5d} graphs, "
+                                        f"E {r['mae_energy_meV_per_atom']:8.2f} meV/atom, "
+                                        f"F {r['mae_forces_meV_per_A']:8.1f} meV/Å" for r in rows),
+          file=sys.stderr)
+    ckpt.export_model(run, run.out / "final.model")
+    steps = np.array([[float(r["graphs"]), float(r["atoms"])] for r in recorder.steps])
+    batch = {"mean_graphs_per_batch": float(steps[:, 0].mean()) if len(steps) else math.nan,
+             "mean_atoms_per_batch": float(steps[:, 1].mean()) if len(steps) else math.nan,
+             "model_file": "final.model",
+             "units": {"energy": "eV/atom", "forces": "eV/Å", "time": "s"}}
+    result = summary.summarize(run, recorder.epochs, test.as_dict(cfg.optim), batch)
+    summary.write_json(run.out / "summary.json", result)
+    return result
+
+
+def train(run: Run, state: dict | None) -> int:
+    """Train `run` (restored from `state` if given) to the end or to a stop; returns 0."""
+    epoch, skip, partial = 0, 0, None
+    if state is not None:
+        ckpt.restore(run, state)
+        epoch, skip, partial = state["epoch"], state["batches_done"], state["partial"]
+        if run.env.rank == 0:
+            print(f"resuming at epoch {epoch}, step {skip} of the epoch "
+                  f"(global step {run.global_step})", file=sys.stderr)
+    recorder = Recorder(run.out, run.env.rank == 0, run.global_step, epoch)
+    stop = StopFlag()
+    stop.install()
+    while epoch < run.cfg.epochs:
+        if not run_epoch(run, epoch, skip, partial, stop, recorder):
+            if run.env.rank == 0:
+                print(f"stopped at global step {run.global_step}: checkpoint written to "
+                      f"{run.out / ckpt.CHECKPOINT}; continue with --resume",
+                      file=sys.stderr, flush=True)
+            return 0
+        epoch, skip, partial = epoch + 1, 0, None
+    finish(run, recorder)
+    return 0

@@ -1,0 +1,51 @@
+"""The training batch sampler of each variant, from cfmtrain.balance: a fixed graph count
+(baseline, kernel, matched) or Algorithm 1 with a capacity (balancer, both).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from cfmtrain.train.config import TrainConfig
+
+
+def _sampler(sizes: np.ndarray, cfg: TrainConfig, rank: int, world_size: int, strategy: str,
+             **options):
+    from cfmtrain.balance import DistributedBinPackSampler
+
+    return DistributedBinPackSampler(sizes, cfg.batch.capacity, world_size, rank, seed=cfg.seed,
+                                     shuffle=True, strategy=strategy, with_weights=True,
+                                     **options)
+
+
+def matched_graphs_per_batch(sizes: np.ndarray, cfg: TrainConfig, world_size: int) -> int:
+    """The fixed graph count with the balancer's mean load per batch: graphs / bins of
+    Algorithm 1 at this capacity and rank count (so also about the same number of steps)."""
+    bins = len(_sampler(sizes, cfg, 0, world_size, "algorithm1").plan)
+    return max(1, int(round(len(sizes) / max(1, bins))))
+
+
+def make_train_sampler(cfg: TrainConfig, num_atoms: np.ndarray, num_edges: np.ndarray,
+                       rank: int, world_size: int):
+    """This rank's batch sampler over positions 0..len(num_atoms)-1 of the training set,
+    computed identically on every rank from (sizes, seed, epoch); yields (index, weight)."""
+    sizes = num_atoms if cfg.batch.size == "atoms" else num_edges
+    if cfg.balanced:
+        return _sampler(sizes, cfg, rank, world_size, "algorithm1")
+    count = cfg.batch.graphs_per_batch
+    if cfg.variant == "matched":
+        count = matched_graphs_per_batch(sizes, cfg, world_size)
+    return _sampler(sizes, cfg, rank, world_size, "fixed_count", graphs_per_batch=count)
+
+
+def global_step_counts(sampler, num_atoms: np.ndarray) -> torch.Tensor:
+    """[steps, 2]: graphs and atoms of each step over all ranks, from the epoch's plan (which
+    every rank holds); padding copies (weight 0) are not counted."""
+    plan = sampler.plan
+    weights = plan.weights(len(num_atoms))
+    per_graph = np.stack([weights, weights * num_atoms[plan.flat]], axis=1)
+    cumulative = np.concatenate([np.zeros((1, 2)), np.cumsum(per_graph, axis=0)])
+    per_bin = cumulative[plan.offsets[1:]] - cumulative[plan.offsets[:-1]]
+    steps = per_bin.reshape(-1, plan.num_ranks, 2).sum(axis=1)
+    return torch.from_numpy(steps)

@@ -1,0 +1,120 @@
+"""Run outputs written by rank 0: steps.csv, epochs.csv, test_mae.csv and summary.json with the
+provenance (commit, package versions, kernel backend, threads, dtype).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.metadata
+import json
+import math
+import platform
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cfmtrain.atomic import atomic_path
+
+PACKAGES = ("cfmtrain", "torch", "mace-torch", "e3nn", "numpy", "cuequivariance-torch")
+EPOCH_FIELDS = ("epoch", "wall_s", "valid_s", "steps", "resumed", "lr", "train_loss",
+                "train_mae_energy_per_atom", "train_mae_forces", "valid_loss",
+                "valid_mae_energy_per_atom", "valid_mae_forces", "atoms", "atoms_per_s",
+                "compute_max_over_mean", "wait_mean_s")
+
+
+def read_rows(path: Path) -> list[dict]:
+    """Rows of a CSV written earlier (empty if absent), values as strings."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def write_rows(path: Path, fields: tuple[str, ...], rows: list) -> None:
+    """Write rows (dicts or sequences in `fields` order) atomically."""
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(fields)
+        for row in rows:
+            writer.writerow([row[k] for k in fields] if isinstance(row, dict) else row)
+
+
+def compute_balance(records: np.ndarray, ranks: int) -> tuple[float, float]:
+    """(max over ranks / mean over ranks) of the summed compute time, and mean straggler wait
+    per step, from the epoch's step records of all ranks (metrics.STEP_FIELDS)."""
+    per_rank = np.zeros(ranks)
+    np.add.at(per_rank, records[:, 2].astype(int), records[:, 7])
+    ratio = float(per_rank.max() / per_rank.mean()) if per_rank.mean() > 0 else math.nan
+    wait = records[:, 8]
+    return ratio, float(np.nanmean(wait)) if np.isfinite(wait).any() else math.nan
+
+
+def git_commit(start: Path) -> str:
+    """The commit of the repository holding `start` (with '+dirty'), or 'unknown'."""
+    try:
+        out = subprocess.run(["git", "-C", str(start), "describe", "--always", "--dirty=+dirty",
+                              "--abbrev=40"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+def provenance(run) -> dict:
+    """Where the numbers come from."""
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {"commit": git_commit(Path(__file__).parent), "packages": versions,
+            "python": platform.python_version(), "host": platform.node(),
+            "kernel_backend": run.kernel_backend, "threads": torch.get_num_threads(),
+            "dtype": run.cfg.model.dtype, "device": str(run.device),
+            "launcher": run.env.source, "use_reduced_cg": run.cfg.model.use_reduced_cg}
+
+
+def summarize(run, epochs: list[dict], test: dict, mean_batch: dict) -> dict:
+    """summary.json: the cell's results; epoch_time_s is the mean over epochs after the first."""
+    from cfmtrain.train.config import to_dict
+
+    walls = [float(e["wall_s"]) for e in epochs]
+    timed = walls[1:] if len(walls) > 1 else walls
+    last = epochs[-1] if epochs else {}
+    return {
+        "dataset": run.dataset, "variant": run.cfg.variant, "ranks": run.env.world_size,
+        "epochs": len(epochs),
+        "epoch_time_s": float(np.mean(timed)) if timed else math.nan,
+        "epoch_times_s": walls,
+        "steps_per_epoch": int(last.get("steps", 0) or 0),
+        "final_train_loss": float(last.get("train_loss", math.nan)),
+        "val_mae_energy_per_atom": float(last.get("valid_mae_energy_per_atom", math.nan)),
+        "val_mae_forces": float(last.get("valid_mae_forces", math.nan)),
+        "test_mae_energy_per_atom": test.get("mae_energy_per_atom", math.nan),
+        "test_mae_forces": test.get("mae_forces", math.nan),
+        "atoms_per_s": float(last.get("atoms_per_s", math.nan)),
+        "compute_max_over_mean": float(last.get("compute_max_over_mean", math.nan)),
+        "graphs": {k: int(len(v)) for k, v in run.parts.items()},
+        "train_fraction": run.cfg.train_fraction,
+        **mean_batch,
+        "stats": {"avg_num_neighbors": run.stats.avg_num_neighbors, "zs": run.stats.zs},
+        "provenance": provenance(run),
+        "config": to_dict(run.cfg),
+    }
+
+
+def write_json(path: Path, data: dict) -> None:
+    """JSON (NaN written as null) atomically."""
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [clean(x) for x in v]
+        return v
+
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(clean(data), indent=2) + "\n")

@@ -1,0 +1,162 @@
+"""`cfmtrain train` end to end on one rank: outputs, resume equivalence (interrupted at a step
+inside an epoch, then resumed, gives the uninterrupted run's weights exactly), SIGTERM, and the
+exported model in mace-torch's MACECalculator in a clean interpreter where cfmtrain is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_train_units import TINY, make_store
+
+from cfmtrain.train import cli
+
+REPO = Path(__file__).resolve().parents[1]
+COMMON = [*TINY, "epochs=2", "batch.graphs_per_batch=3", "measure_straggler=false"]
+
+
+def train(store: Path, split: Path, out: Path, *overrides: str, resume: str | None = None) -> int:
+    """`cfmtrain train` in this process (one rank), restoring global state afterwards."""
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    argv = ["--graphs", str(store), "--split", str(split), "--output", str(out)]
+    for o in (*COMMON, *overrides):
+        argv += ["--set", o]
+    if resume:
+        argv += ["--resume", resume]
+    handler, threads = signal.getsignal(signal.SIGTERM), torch.get_num_threads()
+    try:
+        return cli.run(parser.parse_args(argv))
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+        torch.set_num_threads(threads)
+        torch.set_default_dtype(torch.float32)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("store"), n=30)
+
+
+@pytest.fixture(scope="module")
+def full_run(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("full")
+    assert train(data[0], data[1], out, "variant=kernel") == 0
+    return out
+
+
+def test_outputs(full_run):
+    summary = json.loads((full_run / "summary.json").read_text())
+    for key in ("variant", "ranks", "epochs", "epoch_time_s", "final_train_loss",
+                "val_mae_energy_per_atom", "val_mae_forces"):
+        assert summary[key] is not None, key
+    assert (summary["variant"], summary["ranks"], summary["epochs"]) == ("kernel", 1, 2)
+    prov = summary["provenance"]
+    assert prov["dtype"] == "float32" and prov["threads"] == 1
+    assert "cpu-fused" in prov["kernel_backend"] and prov["packages"]["mace-torch"]
+    epochs = (full_run / "epochs.csv").read_text().splitlines()
+    assert len(epochs) == 3
+    assert summary["epoch_time_s"] == pytest.approx(float(epochs[2].split(",")[1]))
+    steps = (full_run / "steps.csv").read_text().splitlines()
+    assert len(steps) == 1 + 2 * summary["steps_per_epoch"]
+    table = (full_run / "test_mae.csv").read_text().splitlines()
+    assert table[0].startswith("subset,graphs") and table[-1].startswith("all,")
+    state = torch.load(full_run / "checkpoint.pt", weights_only=True)
+    assert state["epoch"] == 2 and state["config"]["variant"] == "kernel"
+
+
+def test_resume_continues_in_sampler_order(data, full_run, tmp_path):
+    steps_per_epoch = json.loads((full_run / "summary.json").read_text())["steps_per_epoch"]
+    stop_at = steps_per_epoch + 2  # inside the second epoch
+    assert train(data[0], data[1], tmp_path, "variant=kernel", f"max_steps={stop_at}") == 0
+    assert not (tmp_path / "summary.json").exists()
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert (state["epoch"], state["batches_done"], state["global_step"]) == (1, 2, stop_at)
+    assert train(data[0], data[1], tmp_path, "variant=kernel", "max_steps=0", resume="auto") == 0
+
+    ref = torch.load(full_run / "checkpoint.pt", weights_only=True)
+    got = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    for name, tensor in ref["model"].items():
+        assert torch.equal(tensor, got["model"][name]), name
+    for a, b in zip(ref["ema"]["shadow_params"], got["ema"]["shadow_params"], strict=True):
+        assert torch.equal(a, b)
+    assert ref["optimizer"]["state"].keys() == got["optimizer"]["state"].keys()
+    for k, s in ref["optimizer"]["state"].items():
+        assert all(torch.equal(s[f], got["optimizer"]["state"][k][f]) for f in s)
+    cols = slice(0, 6)  # epoch, step, rank, graphs, atoms, edges
+    rows = [[r.split(",")[cols] for r in (p / "steps.csv").read_text().splitlines()]
+            for p in (full_run, tmp_path)]
+    assert rows[0] == rows[1]
+    losses = [[float(r.split(",")[-1]) for r in (p / "steps.csv").read_text().splitlines()[1:]]
+              for p in (full_run, tmp_path)]
+    assert losses[0] == losses[1]
+
+
+def test_sigterm_writes_checkpoint_and_exits(data, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    args = [sys.executable, "-m", "cfmtrain.train", "--graphs", str(data[0]), "--split",
+            str(data[1]), "--output", str(tmp_path), *[a for o in COMMON for a in ("--set", o)],
+            "--set", "epochs=1000", "--variant", "both", "--set", "batch.capacity=40"]
+    proc = subprocess.Popen(args, env={**env, "PYTHONWARNINGS": "ignore"}, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+    try:
+        while not (tmp_path / "epochs.csv").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read()
+            time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output
+    assert "stopped at global step" in output and "Traceback" not in output
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert state["global_step"] >= 1 and not (tmp_path / "summary.json").exists()
+
+
+CALCULATOR = """
+import importlib.util, json, sys
+sys.path = [p for p in sys.path if not p.rstrip('/').endswith('/src')]
+assert importlib.util.find_spec('cfmtrain') is None, 'cfmtrain importable'
+import ase.io
+from mace.calculators import MACECalculator
+atoms = ase.io.read(sys.argv[2])
+atoms.calc = MACECalculator(model_paths=sys.argv[1], device='cpu', default_dtype='float32')
+print(json.dumps({'energy': atoms.get_potential_energy(), 'forces': atoms.get_forces().tolist()}))
+"""
+
+
+def test_exported_model_runs_in_mace_calculator_without_cfmtrain(data, full_run, tmp_path):
+    import ase.io
+    from mace.tools.torch_geometric.dataloader import Collater
+
+    from cfmtrain.graphs.store import GraphStore
+    from cfmtrain.train.data import GraphDataset
+    from cfmtrain.train.model import z_table_of
+
+    store, split, frames = data
+    test_index = int(np.load(split)["test"][1])
+    ase.io.write(tmp_path / "frame.xyz", frames[test_index])
+    out = subprocess.run([sys.executable, "-I", "-c", CALCULATOR, str(full_run / "final.model"),
+                          str(tmp_path / "frame.xyz")], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+
+    model = torch.load(full_run / "final.model", weights_only=False)
+    dataset = GraphDataset(GraphStore(store), np.array([test_index]), z_table_of(model),
+                           float(model.r_max), torch.float32)
+    pred = model(Collater([None], [None])([dataset[0]]).to_dict(), compute_force=True)
+    assert got["energy"] == pytest.approx(float(pred["energy"][0]), rel=1e-5, abs=1e-5)
+    np.testing.assert_allclose(got["forces"], pred["forces"].detach().numpy(), atol=1e-4)

@@ -1,0 +1,61 @@
+# Stages 5-6: one training cell per target, results/train/<trainset>/<variant>/r<ranks>/summary.json,
+# and the check of the baseline against mace-torch's own mace_run_train (target `ablation`).
+
+
+include: "train_inputs.smk"
+
+
+rule train_cell:
+    input:
+        shards=train_shards,
+        split=train_split,
+    output:
+        "results/train/{trainset}/{variant}/r{ranks}/summary.json",
+    log:
+        "logs/train/{trainset}/{variant}/r{ranks}.log",
+    benchmark:
+        "benchmarks/train/{trainset}/{variant}/r{ranks}.tsv"
+    wildcard_constraints:
+        trainset=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+        variant="|".join(TRAIN_VARIANTS),
+        ranks=r"[1-9]\d*",
+    params:
+        graphs=train_graphs,
+        settings=train_settings,
+        folder=lambda wildcards, output: os.path.dirname(output[0]),
+    threads: workflow.cores
+    resources:
+        timing_slot=1,
+        tasks=lambda wildcards: int(wildcards.ranks),
+        mpi="srun",
+    conda:
+        "../../envs/cfmtrain.yaml"
+    shell:
+        "python -m cfmtrain launch --ranks {wildcards.ranks} -- train --graphs {params.graphs}"
+        " --split {input.split} --output {params.folder} --variant {wildcards.variant}"
+        " --dataset {wildcards.trainset} {params.settings} --resume auto > {log} 2>&1"
+
+
+rule baseline_check:
+    input:
+        shards=train_shards,
+        split=train_split,
+    output:
+        json="results/train/{trainset}/baseline_check.json",
+        csv="results/train/{trainset}/baseline_check.csv",
+    log:
+        "logs/train/{trainset}/baseline_check.log",
+    wildcard_constraints:
+        trainset=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    params:
+        graphs=train_graphs,
+        settings=train_settings,
+    threads: workflow.cores
+    resources:
+        timing_slot=1,
+    conda:
+        "../../envs/cfmtrain.yaml"
+    shell:
+        "python -m cfmtrain baseline-check --graphs {params.graphs} --split {input.split}"
+        " --output {output.json} --dataset {wildcards.trainset} {params.settings}"
+        " --threads {threads} > {log} 2>&1"

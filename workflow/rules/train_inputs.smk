@@ -1,0 +1,66 @@
+# Input functions of train.smk (kept apart from the rules, as `snakemake --lint` asks).
+# <trainset> is a data set of config `datasets`, optionally with a size suffix of config
+# `train.sizes` (mini_s, mini_m: a nested quarter and half of mini's training split).
+import json
+import os
+
+TRAIN = config["train"]
+TRAIN_VARIANTS = ("baseline", "balancer", "kernel", "both", "matched")
+
+
+def train_base(trainset):
+    """(data set, training fraction) of a trainset name such as mini_s."""
+    if trainset in DATASETS:
+        return trainset, 1.0
+    base, _, suffix = trainset.rpartition("_")
+    if base in DATASETS and suffix in TRAIN["sizes"]:
+        return base, float(TRAIN["sizes"][suffix])
+    raise ValueError(f"{trainset!r} is neither a data set of config `datasets` nor one with a "
+                     f"size suffix of config `train.sizes` ({sorted(TRAIN['sizes'])})")
+
+
+def train_shards(wildcards):
+    base = train_base(wildcards.trainset)[0]
+    return [
+        f"results/graphs/{member}/shard_{shard}.h5"
+        for member in member_datasets(base)
+        for shard in shard_ids(member)
+    ]
+
+
+def train_graphs(wildcards):
+    base = train_base(wildcards.trainset)[0]
+    return " ".join(f"results/graphs/{m}" for m in member_datasets(base))
+
+
+def train_split(wildcards):
+    return f"results/graphs/{train_base(wildcards.trainset)[0]}/split.npz"
+
+
+def _flat(settings, prefix=""):
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            yield from _flat(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def train_settings(wildcards):
+    """`--set KEY=VALUE` options from config `train.settings` plus the size's fraction."""
+    pairs = dict(_flat(TRAIN["settings"]))
+    pairs["train_fraction"] = train_base(wildcards.trainset)[1]
+    return " ".join(f"--set '{k}={json.dumps(v)}'" for k, v in pairs.items())
+
+
+def ablation_targets():
+    """Every cell of the blocks of config `train.matrix` (each block: every combination of its
+    datasets, variants and ranks), and the baseline checks of `train.baseline_check`."""
+    cells = [
+        f"results/train/{d}/{v}/r{r}/summary.json"
+        for block in TRAIN["matrix"]
+        for d in block["datasets"]
+        for v in block["variants"]
+        for r in block["ranks"]
+    ]
+    checks = [f"results/train/{d}/baseline_check.json" for d in TRAIN["baseline_check"]]
+    return list(dict.fromkeys(cells)) + checks
