@@ -2,7 +2,7 @@
 # across rank counts, driving per-epoch time at 1..740+ ranks; results/simulate/<dataset>/<dist>/.
 
 
-rule simulate:
+rule simulate_scaling:
     input:
         runs=simulate_runs,
         shards=graph_shards,

@@ -1,0 +1,59 @@
+"""Shared figure plumbing: Agg backend, variant colours and labels, atomic PNG+PDF output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from cfmtrain.atomic import atomic_path  # noqa: E402
+
+VARIANT_ORDER = ("baseline", "matched", "balancer", "kernel", "both")
+VARIANT_LABELS = {
+    "baseline": "MACE (fixed count)",
+    "matched": "MACE (fixed count, matched atoms)",
+    "balancer": "MACE + load balancer",
+    "kernel": "MACE + fused kernels",
+    "both": "MACE + balancer + kernels",
+}
+VARIANT_COLORS = {"baseline": "tab:gray", "matched": "tab:brown", "balancer": "tab:blue",
+                  "kernel": "tab:orange", "both": "tab:green"}
+SIMULATED_NOTE = "SIMULATED (cost model fitted on this machine's runs; not measured)"
+
+
+def ordered(variants) -> list[str]:
+    """Variants in the canonical order, unknown ones last (alphabetically)."""
+    known = [v for v in VARIANT_ORDER if v in set(variants)]
+    return known + sorted(set(variants) - set(known))
+
+
+def label(variant: str) -> str:
+    return VARIANT_LABELS.get(variant, variant)
+
+
+def color(variant: str) -> str | None:
+    return VARIANT_COLORS.get(variant)
+
+
+def mark_simulated(fig: plt.Figure) -> None:
+    """A visible banner so that a simulated figure is never mistaken for a measured one."""
+    fig.text(0.5, 1.0, SIMULATED_NOTE, ha="center", va="bottom", fontsize=9, color="tab:red",
+             weight="bold")
+
+
+def save(fig: plt.Figure, output: str | Path) -> list[Path]:
+    """Write `output` (PNG) and the PDF beside it atomically; close the figure."""
+    output = Path(output)
+    if output.suffix not in (".png", ".pdf"):
+        raise ValueError(f"{output}: figure output must end in .png or .pdf")
+    written = []
+    for suffix in (".png", ".pdf"):
+        path = output.with_suffix(suffix)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=130, format=suffix[1:], bbox_inches="tight")
+        written.append(path)
+    plt.close(fig)
+    return written

@@ -1,0 +1,87 @@
+"""Per-epoch time of a schedule: the sum over steps of the slowest rank's step time plus one
+gradient all-reduce per step (no overlap of communication with backward: an upper bound).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from cfmtrain.simulate.allreduce import Network
+from cfmtrain.simulate.costmodel import CostModel
+from cfmtrain.simulate.schedule import Schedule
+from cfmtrain.simulate.sizes import Sizes
+
+
+@dataclasses.dataclass
+class EpochEstimate:
+    """One simulated epoch, split into its parts (seconds)."""
+
+    ranks: int
+    steps: int
+    epoch_s: float
+    slowest_compute_s: float  # sum over steps of the slowest rank's data wait + compute
+    allreduce_s: float  # sum over steps of the all-reduce
+    mean_compute_s: float  # sum over steps of the mean rank's data wait + compute
+    mean_atoms_per_batch: float
+
+    @property
+    def balance(self) -> float:
+        """Mean over ranks / max over ranks of the step time, summed over the epoch (1 = even)."""
+        return self.mean_compute_s / self.slowest_compute_s if self.slowest_compute_s else 1.0
+
+
+def rank_step_times(schedule: Schedule, model: CostModel) -> np.ndarray:
+    """(steps, ranks) seconds of each rank's data wait + compute; idle ranks take 0."""
+    times = model.step_s(schedule.atoms, schedule.edges)
+    return np.where(schedule.graphs > 0, times, 0.0)
+
+
+def simulate_epoch(schedule: Schedule, model: CostModel, network: Network,
+                   gradient_bytes: float) -> EpochEstimate:
+    """Sum over steps of (max over ranks of step time) + an all-reduce of the gradients."""
+    times = rank_step_times(schedule, model)
+    slowest = times.max(axis=1)
+    reduce_s = network.allreduce_s(schedule.ranks, gradient_bytes)
+    busy = schedule.graphs > 0
+    return EpochEstimate(
+        ranks=schedule.ranks, steps=schedule.steps,
+        epoch_s=float(slowest.sum() + reduce_s * schedule.steps),
+        slowest_compute_s=float(slowest.sum()), allreduce_s=float(reduce_s * schedule.steps),
+        mean_compute_s=float(times.mean(axis=1).sum()),
+        mean_atoms_per_batch=float(schedule.atoms[busy].mean()) if busy.any() else 0.0)
+
+
+ScheduleFn = Callable[[Sizes, int], Schedule]
+
+
+def scaling_table(sizes: Sizes, runs: dict[str, tuple[ScheduleFn, CostModel]],
+                  ranks: Iterable[int], network: Network, gradient_bytes: float) -> pd.DataFrame:
+    """One row per (run, ranks): simulated epoch time, its parts, speedup and efficiency.
+
+    `runs` maps a label (a variant, or a strategy under a variant's cost model) to the function
+    that schedules the graphs on R ranks and the cost model of its steps. Schedules are shared
+    between runs that use the same function.
+    """
+    cache: dict[tuple[int, int], Schedule] = {}
+    rows = []
+    for label, (schedule_fn, model) in runs.items():
+        for r in ranks:
+            key = (id(schedule_fn), r)
+            if key not in cache:
+                cache[key] = schedule_fn(sizes, r)
+            est = simulate_epoch(cache[key], model, network, gradient_bytes)
+            rows.append({"run": label, "variant": model.variant, "ranks": r, "steps": est.steps,
+                         "epoch_s": est.epoch_s, "slowest_compute_s": est.slowest_compute_s,
+                         "allreduce_s": est.allreduce_s, "balance": est.balance,
+                         "mean_atoms_per_batch": est.mean_atoms_per_batch})
+    table = pd.DataFrame(rows)
+    first = table.groupby("run")["ranks"].transform("min")
+    base = table[table.ranks == first].set_index("run")
+    ref_time = table.run.map(base.epoch_s)
+    ref_ranks = table.run.map(base.ranks)
+    table["strong_efficiency"] = ref_time * ref_ranks / (table.epoch_s * table.ranks)
+    return table
