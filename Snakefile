@@ -17,6 +17,11 @@ include: "workflow/rules/graphs.smk"
 include: "workflow/rules/stats.smk"
 include: "workflow/rules/balance.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/results_inputs.smk"
+include: "workflow/rules/sweep.smk"
+include: "workflow/rules/simulate.smk"
+include: "workflow/rules/figures.smk"
 
 
 rule all:
@@ -41,6 +46,26 @@ rule stats:
 rule balance:
     input:
         balance_targets(),
+
+
+rule ablation:
+    input:
+        ablation_targets(),
+
+
+rule sweeps:
+    input:
+        sweep_targets(),
+
+
+rule simulate:
+    input:
+        simulate_targets(),
+
+
+rule figures:
+    input:
+        figure_targets(),
 
 
 rule benchmark:
