@@ -1,0 +1,408 @@
+// CPU work of the fused channelwise conv: OpenMP over target nodes (CSR), vectorised over channels.
+// Features are in ir_mul layout (per irrep block: component-major, channel-contiguous). Per edge
+// and path the CG terms contracted with the edge attributes form a small dense matrix M[b][a]
+// (b: accumulated component, a: gathered one), applied to register blocks of channels by kernels
+// specialised for the irrep dimensions 1, 3, 5, 7 (a generic kernel covers the rest).
+#include "channelwise_conv_cpu.h"
+
+#include <ATen/Parallel.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+namespace cfmtrain::conv {
+namespace {
+
+constexpr int64_t kMaxDim = 15;  // irreps up to l = 7
+
+template <typename T>
+struct Term {
+  int32_t a, j, b;  // gathered component, attribute component, accumulated component
+  T c;
+};
+
+// (a, b) pairs with their terms [begin, end): the attribute gradient needs <x_a w, g_b> once each.
+struct Pair {
+  int32_t a, b, begin, end;
+};
+
+template <typename T>
+struct Path;
+
+// One gathered item: source row, edge weight row and the edge's matrix M for the current path.
+template <typename T>
+struct Item {
+  const T *s, *w, *m;
+};
+
+template <typename T>
+using GatherFn = void (*)(const Path<T>&, const Item<T>*, T*);
+template <typename T>
+using EdgeFn = void (*)(const Path<T>&, const T*, const T*, const T*, const T*, T*, T*, T*);
+
+template <typename T>
+struct Path {
+  int64_t mul, in_off, in_dim, w_off, y_off, y_dim, out_off, out_dim;
+  std::vector<Term<T>> terms;  // sorted by (a, b)
+  std::vector<Pair> pairs;
+  GatherFn<T> gather1, gather2, gather4;  // K = 1, 2, 4 items at once
+  EdgeFn<T> edge_y, edge_w, edge_yw;
+};
+
+// ---- SIMD helpers: a block of channels is NV registers of four AVX lanes (GCC vectors) --------
+
+template <typename T>
+struct Simd {
+  typedef T V __attribute__((vector_size(32)));
+};
+
+template <typename V, typename T>
+inline V load(const T* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+
+template <typename V, typename T>
+inline void store(T* p, const V& v) {
+  std::memcpy(p, &v, sizeof(V));
+}
+
+template <typename T, typename V>
+inline T lane_sum(const V& v) {
+  if constexpr (std::is_same_v<T, V>) {
+    return v;
+  } else {
+    T s = 0;
+    for (size_t l = 0; l < sizeof(V) / sizeof(T); ++l) s += v[l];
+    return s;
+  }
+}
+
+// Calls body.template operator()<V, NV>(u0) on channels [u0, u0 + NV * lanes(V)): NV registers
+// at a time, then one, then single channels (V = T).
+template <typename T, int NV, typename Body>
+inline void for_channel_blocks(int64_t mul, Body&& body) {
+  using V = typename Simd<T>::V;
+  constexpr int64_t L = sizeof(V) / sizeof(T);
+  int64_t u = 0;
+  for (; u + NV * L <= mul; u += NV * L) body.template operator()<V, NV>(u);
+  for (; u + L <= mul; u += L) body.template operator()<V, 1>(u);
+  for (; u < mul; ++u) body.template operator()<T, 1>(u);
+}
+
+// Source rows are scattered (another node per edge): fetch a later edge's row ahead of use.
+template <typename T>
+inline void prefetch_row(const T* p, int64_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(T)); b += 64) __builtin_prefetch(c + b);
+}
+
+// M[b][a] = sum_j c_{a j b} y_j for one edge.
+template <typename T>
+inline void edge_matrix(const Path<T>& p, const T* y, T* m) {
+  std::fill(m, m + p.in_dim * p.out_dim, T(0));
+  for (const auto& t : p.terms) m[t.b * p.in_dim + t.a] += t.c * y[p.y_off + t.j];
+}
+
+// ---- kernels for one edge and path; IN/OUT = 0 means "read the dimension at run time" ---------
+
+// out_b += sum_k sum_a M_k[b][a] (src_k,a * w_k) for K (edge, attr, weight) items at once, so
+// that each accumulator block is loaded and stored once per K items.
+template <typename T, int IN, int OUT, int K>
+void gather_path(const Path<T>& p, const Item<T>* items, T* o) {
+  const int64_t in = IN ? IN : p.in_dim, out = OUT ? OUT : p.out_dim, mul = p.mul;
+  for_channel_blocks<T, 2>(mul, [&]<typename V, int NV>(int64_t u0) {
+    constexpr int64_t L = sizeof(V) / sizeof(T);
+    V sw[K][IN ? IN : kMaxDim][NV];
+    for (int k = 0; k < K; ++k) {
+      V wv[NV];
+      for (int n = 0; n < NV; ++n) wv[n] = load<V>(items[k].w + p.w_off + u0 + n * L);
+      const T* s = items[k].s + p.in_off + u0;
+      for (int64_t a = 0; a < in; ++a)
+        for (int n = 0; n < NV; ++n) sw[k][a][n] = load<V>(s + a * mul + n * L) * wv[n];
+    }
+    for (int64_t b = 0; b < out; ++b) {
+      T* ob = o + p.out_off + b * mul + u0;
+      V acc[NV];
+      for (int n = 0; n < NV; ++n) acc[n] = load<V>(ob + n * L);
+      for (int k = 0; k < K; ++k)
+        for (int64_t a = 0; a < in; ++a) {
+          const T c = items[k].m[b * in + a];
+          for (int n = 0; n < NV; ++n) acc[n] += c * sw[k][a][n];
+        }
+      for (int n = 0; n < NV; ++n) store(ob + n * L, acc[n]);
+    }
+  });
+}
+
+// <x, y> over n channels: four register accumulators, one horizontal sum.
+template <typename T>
+inline T dot(const T* x, const T* y, int64_t n) {
+  using V = typename Simd<T>::V;
+  constexpr int64_t L = sizeof(V) / sizeof(T);
+  V acc[4] = {};
+  int64_t u = 0;
+  for (; u + 4 * L <= n; u += 4 * L)
+    for (int r = 0; r < 4; ++r) acc[r] += load<V>(x + u + r * L) * load<V>(y + u + r * L);
+  for (; u + L <= n; u += L) acc[0] += load<V>(x + u) * load<V>(y + u);
+  T s = lane_sum<T>((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  for (; u < n; ++u) s += x[u] * y[u];
+  return s;
+}
+
+// gw = sum_b g_b * (sum_a M[b][a] x_a)  and/or  gy_j += sum_{(a,j,b)} c <x_a w, g_b>.
+template <typename T, int IN, int OUT, bool NeedY, bool NeedW>
+void edge_path(const Path<T>& p, const T* m, const T* xs, const T* g, const T* w, T* gy, T* gw,
+               T* scratch) {
+  const int64_t in = IN ? IN : p.in_dim, out = OUT ? OUT : p.out_dim, mul = p.mul;
+  const T* x = xs + p.in_off;
+  const T* gr = g + p.out_off;
+  const T* wp = w + p.w_off;
+  if constexpr (NeedW) {
+    for_channel_blocks<T, 2>(mul, [&]<typename V, int NV>(int64_t u0) {
+      constexpr int64_t L = sizeof(V) / sizeof(T);
+      V xa[IN ? IN : kMaxDim][NV], acc[NV] = {};
+      for (int64_t a = 0; a < in; ++a)
+        for (int n = 0; n < NV; ++n) xa[a][n] = load<V>(x + a * mul + u0 + n * L);
+      for (int64_t b = 0; b < out; ++b) {
+        V z[NV] = {};
+        for (int64_t a = 0; a < in; ++a)
+          for (int n = 0; n < NV; ++n) z[n] += m[b * in + a] * xa[a][n];
+        for (int n = 0; n < NV; ++n) acc[n] += z[n] * load<V>(gr + b * mul + u0 + n * L);
+      }
+      for (int n = 0; n < NV; ++n) store(gw + p.w_off + u0 + n * L, acc[n]);
+    });
+  }
+  if constexpr (NeedY) {
+    for (int64_t a = 0; a < in; ++a)
+      for (int64_t u = 0; u < mul; ++u) scratch[a * mul + u] = x[a * mul + u] * wp[u];
+    for (const Pair& pr : p.pairs) {
+      const T d = dot(scratch + pr.a * mul, gr + pr.b * mul, mul);
+      for (int32_t t = pr.begin; t < pr.end; ++t) gy[p.y_off + p.terms[t].j] += p.terms[t].c * d;
+    }
+  }
+}
+
+// Picks the kernel specialised for (in, out) in {1, 3, 5, 7}^2, else the generic one.
+template <typename T, template <int, int> class Kernel>
+auto select_kernel(int64_t in, int64_t out) {
+  auto with_in = [&]<int I>() {
+    switch (out) {
+      case 1: return Kernel<I, 1>::fn;
+      case 3: return Kernel<I, 3>::fn;
+      case 5: return Kernel<I, 5>::fn;
+      case 7: return Kernel<I, 7>::fn;
+      default: return Kernel<0, 0>::fn;
+    }
+  };
+  switch (in) {
+    case 1: return with_in.template operator()<1>();
+    case 3: return with_in.template operator()<3>();
+    case 5: return with_in.template operator()<5>();
+    case 7: return with_in.template operator()<7>();
+    default: return Kernel<0, 0>::fn;
+  }
+}
+
+template <typename T, int Items>
+struct GatherK {
+  template <int I, int O>
+  struct K {
+    static constexpr GatherFn<T> fn = &gather_path<T, I, O, Items>;
+  };
+};
+
+template <typename T, bool Y, bool W>
+struct EdgeK {
+  template <int I, int O>
+  struct K {
+    static constexpr EdgeFn<T> fn = &edge_path<T, I, O, Y, W>;
+  };
+};
+
+template <typename T>
+std::vector<Path<T>> load_paths(const Descriptor& desc, bool transpose) {
+  auto P = desc.paths.accessor<int64_t, 2>();
+  auto Tm = desc.terms.accessor<int64_t, 2>();
+  auto C = desc.coeffs.accessor<double, 1>();
+  std::vector<Path<T>> paths;
+  for (int64_t p = 0; p < P.size(0); ++p) {
+    const int64_t x_off = P[p][1], x_dim = P[p][2], o_off = P[p][6], o_dim = P[p][7];
+    TORCH_CHECK(x_dim <= kMaxDim && o_dim <= kMaxDim, "channelwise_conv: irrep dimension above ",
+                kMaxDim, " in path ", p);
+    Path<T> path{P[p][0], transpose ? o_off : x_off, transpose ? o_dim : x_dim, P[p][5], P[p][3],
+                 P[p][4], transpose ? x_off : o_off, transpose ? x_dim : o_dim};
+    for (int64_t t = P[p][8]; t < P[p][9]; ++t) {
+      const auto i = static_cast<int32_t>(Tm[t][0]), j = static_cast<int32_t>(Tm[t][1]);
+      const auto k = static_cast<int32_t>(Tm[t][2]);
+      path.terms.push_back({transpose ? k : i, j, transpose ? i : k, static_cast<T>(C[t])});
+    }
+    std::stable_sort(path.terms.begin(), path.terms.end(), [](const auto& l, const auto& r) {
+      return l.a != r.a ? l.a < r.a : l.b < r.b;
+    });
+    for (int32_t t = 0; t < static_cast<int32_t>(path.terms.size()); ++t) {
+      const auto& term = path.terms[t];
+      if (path.pairs.empty() || path.pairs.back().a != term.a || path.pairs.back().b != term.b)
+        path.pairs.push_back({term.a, term.b, t, t});
+      path.pairs.back().end = t + 1;
+    }
+    const int64_t in = path.in_dim, out = path.out_dim;
+    path.gather1 = select_kernel<T, GatherK<T, 1>::template K>(in, out);
+    path.gather2 = select_kernel<T, GatherK<T, 2>::template K>(in, out);
+    path.gather4 = select_kernel<T, GatherK<T, 4>::template K>(in, out);
+    path.edge_y = select_kernel<T, EdgeK<T, true, false>::template K>(in, out);
+    path.edge_w = select_kernel<T, EdgeK<T, false, true>::template K>(in, out);
+    path.edge_yw = select_kernel<T, EdgeK<T, true, true>::template K>(in, out);
+    paths.push_back(std::move(path));
+  }
+  return paths;
+}
+
+// Threads only pay off above some work; small calls (gradcheck, tiny graphs) run serially.
+template <typename T>
+bool worth_threads(const std::vector<Path<T>>& paths, int64_t n_edges) {
+  int64_t per_edge = 0;
+  for (const auto& p : paths) per_edge += (p.in_dim + 1) * p.out_dim * p.mul;
+  return at::get_num_threads() > 1 && n_edges * per_edge > (int64_t{1} << 16);
+}
+
+template <typename T>
+void gather_kernel(const at::Tensor& src, const at::Tensor& attr, const at::Tensor& weight,
+                   const at::Tensor* attr2, const at::Tensor* weight2,
+                   const at::Tensor& source_index, const at::Tensor& rowptr,
+                   const at::Tensor& perm, const std::vector<Path<T>>& paths, at::Tensor& out) {
+  const T* s_ptr = src.data_ptr<T>();
+  const T* y_ptr = attr.data_ptr<T>();
+  const T* w_ptr = weight.data_ptr<T>();
+  const T* y2_ptr = attr2 ? attr2->data_ptr<T>() : nullptr;
+  const T* w2_ptr = weight2 ? weight2->data_ptr<T>() : nullptr;
+  const int64_t* idx = source_index.data_ptr<int64_t>();
+  const int64_t* row = rowptr.data_ptr<int64_t>();
+  const int64_t* prm = perm.data_ptr<int64_t>();
+  T* o_ptr = out.data_ptr<T>();
+  const int64_t s_stride = src.size(1), y_stride = attr.size(1), w_stride = weight.size(1);
+  const int64_t o_stride = out.size(1), n_target = out.size(0);
+  const bool two = attr2 != nullptr;
+  const int64_t n_edges = perm.size(0);
+
+  // Items: (source, attr, weight) of the receiver's edges, two per edge with a second pair;
+  // they are applied four (or two, one) at a time.
+#pragma omp parallel num_threads(at::get_num_threads()) if (worth_threads(paths, perm.size(0)))
+  {
+    std::vector<T> mats(4 * kMaxDim * kMaxDim);
+    struct Src {
+      const T *s, *y, *w;
+    };
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t a = 0; a < n_target; ++a) {
+      T* o = o_ptr + a * o_stride;
+      std::fill(o, o + o_stride, T(0));
+      Src group[4];
+      int k = 0;
+      auto flush = [&](int count) {
+        for (const auto& p : paths) {
+          Item<T> items[4];
+          for (int i = 0; i < count; ++i) {
+            T* m = mats.data() + i * kMaxDim * kMaxDim;
+            edge_matrix(p, group[i].y, m);
+            items[i] = {group[i].s, group[i].w, m};
+          }
+          (count == 4 ? p.gather4 : count == 2 ? p.gather2 : p.gather1)(p, items, o);
+        }
+      };
+      for (int64_t q = row[a]; q < row[a + 1]; ++q) {
+        const int64_t e = prm[q];
+        const T* s = s_ptr + idx[e] * s_stride;
+        if (q + 4 < n_edges) prefetch_row(s_ptr + idx[prm[q + 4]] * s_stride, s_stride);
+        group[k++] = {s, y_ptr + e * y_stride, w_ptr + e * w_stride};
+        if (two) group[k++] = {s, y2_ptr + e * y_stride, w2_ptr + e * w_stride};
+        if (k == 4) flush(4), k = 0;
+      }
+      if (k >= 2) flush(2), k -= 2, group[0] = group[2];
+      if (k == 1) flush(1);
+    }
+  }
+}
+
+template <typename T>
+void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const at::Tensor& weight,
+                 const at::Tensor& grad, const Graph& g, const std::vector<Path<T>>& paths,
+                 T* gy_ptr, T* gw_ptr) {
+  const T* x_ptr = x.data_ptr<T>();
+  const T* y_ptr = attr.data_ptr<T>();
+  const T* w_ptr = weight.data_ptr<T>();
+  const T* g_ptr = grad.data_ptr<T>();
+  const int64_t* snd = g.sender.data_ptr<int64_t>();
+  const int64_t* row = g.recv_rowptr.data_ptr<int64_t>();
+  const int64_t* prm = g.recv_perm.data_ptr<int64_t>();
+  const int64_t x_stride = x.size(1), y_stride = attr.size(1), w_stride = weight.size(1);
+  const int64_t g_stride = grad.size(1), n_recv = g.recv_rowptr.size(0) - 1;
+  int64_t scratch_size = 1;
+  for (const auto& p : paths) scratch_size = std::max(scratch_size, p.in_dim * p.mul);
+
+  // Receiver order keeps the receiver's grad row hot across its edges.
+#pragma omp parallel num_threads(at::get_num_threads()) if (worth_threads(paths, attr.size(0)))
+  {
+    std::vector<T> scratch(scratch_size);
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t r = 0; r < n_recv; ++r) {
+      T m[kMaxDim * kMaxDim];
+      for (int64_t q = row[r]; q < row[r + 1]; ++q) {
+        const int64_t e = prm[q];
+        T* gy = gy_ptr ? gy_ptr + e * y_stride : nullptr;
+        T* gw = gw_ptr ? gw_ptr + e * w_stride : nullptr;
+        if (gy) std::fill(gy, gy + y_stride, T(0));
+        for (const auto& p : paths) {
+          if (gw) edge_matrix(p, y_ptr + e * y_stride, m);
+          const auto fn = gy && gw ? p.edge_yw : gy ? p.edge_y : p.edge_w;
+          fn(p, m, x_ptr + snd[e] * x_stride, g_ptr + r * g_stride, w_ptr + e * w_stride, gy, gw,
+             scratch.data());
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr,
+                      const at::Tensor& edge_weight, const at::Tensor* edge_attr2,
+                      const at::Tensor* edge_weight2, const Graph& graph, const Descriptor& desc,
+                      bool transpose) {
+  const at::Tensor& rowptr = transpose ? graph.send_rowptr : graph.recv_rowptr;
+  const at::Tensor& perm = transpose ? graph.send_perm : graph.recv_perm;
+  const at::Tensor& source_index = transpose ? graph.receiver : graph.sender;
+  const int64_t out_dim = transpose ? desc.dims[0] : desc.dims[3];
+  at::Tensor out = at::empty({rowptr.size(0) - 1, out_dim}, src.options());
+  AT_DISPATCH_FLOATING_TYPES(src.scalar_type(), "channelwise_conv_gather", [&] {
+    const auto paths = load_paths<scalar_t>(desc, transpose);
+    gather_kernel<scalar_t>(src, edge_attr, edge_weight, edge_attr2, edge_weight2, source_index,
+                            rowptr, perm, paths, out);
+  });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> edge_cpu(const at::Tensor& x, const at::Tensor& edge_attr,
+                                            const at::Tensor& edge_weight, const at::Tensor& grad,
+                                            const Graph& graph, const Descriptor& desc,
+                                            bool need_attr, bool need_weight) {
+  const int64_t n_edges = edge_attr.size(0);
+  at::Tensor gy = need_attr ? at::empty_like(edge_attr) : at::empty({0}, x.options());
+  // The paths' weight segments tile each row (checked by the caller): no zero fill needed.
+  at::Tensor gw = need_weight ? at::empty({n_edges, edge_weight.size(1)}, x.options())
+                              : at::empty({0}, x.options());
+  if (!need_attr && !need_weight) return {gy, gw};
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "channelwise_conv_edge", [&] {
+    const auto paths = load_paths<scalar_t>(desc, false);
+    edge_kernel<scalar_t>(x, edge_attr, edge_weight, grad, graph, paths,
+                          need_attr ? gy.data_ptr<scalar_t>() : nullptr,
+                          need_weight ? gw.data_ptr<scalar_t>() : nullptr);
+  });
+  return {gy, gw};
+}
+
+}  // namespace cfmtrain::conv

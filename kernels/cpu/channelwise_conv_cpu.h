@@ -1,0 +1,40 @@
+// Channelwise ('uvu') conv tensor product fused with gather/scatter: CPU kernel entry points.
+// Shared by kernels/channelwise_conv.cpp (checks, dispatch) and cpu/channelwise_conv_cpu.cpp (work).
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace cfmtrain::conv {
+
+// Edge structure of one batch: edges as (sender, receiver) and the two CSR views of them,
+// by receiver (rowptr over receivers, perm = edge ids in receiver order) and by sender.
+struct Graph {
+  at::Tensor sender, receiver, recv_rowptr, recv_perm, send_rowptr, send_perm;
+};
+
+// The sparse trilinear form: paths int64 [P, 10] (mul, x_off, x_dim, y_off, y_dim, w_off, o_off,
+// o_dim, term_begin, term_end), terms int64 [T, 3] (i, j, k), coeffs float64 [T];
+// dims = (x_dim, y_dim, w_dim, o_dim) of the node feature, edge attribute, edge weight, message.
+struct Descriptor {
+  at::Tensor paths, terms, coeffs;
+  std::vector<int64_t> dims;
+};
+
+// Node-level contraction. transpose=false: message[r] = sum_{e->r} TP(src[sender[e]], attr[e],
+// weight[e]) over the receiver CSR. transpose=true: the adjoint w.r.t. the node features,
+// src is a message-shaped tensor at receivers and the result is feature-shaped at senders.
+// With attr2/weight2 (both or neither), TP(src, attr2, weight2) is added in the same pass.
+at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr,
+                      const at::Tensor& edge_weight, const at::Tensor* edge_attr2,
+                      const at::Tensor* edge_weight2, const Graph& graph, const Descriptor& desc,
+                      bool transpose);
+
+// Edge-level contraction with grad (message-shaped, at receivers) and x (feature-shaped, at
+// senders): returns (d<grad, message>/d attr, d<grad, message>/d weight); an output not asked
+// for is an empty tensor.
+std::tuple<at::Tensor, at::Tensor> edge_cpu(const at::Tensor& x, const at::Tensor& edge_attr,
+                                            const at::Tensor& edge_weight, const at::Tensor& grad,
+                                            const Graph& graph, const Descriptor& desc,
+                                            bool need_attr, bool need_weight);
+
+}  // namespace cfmtrain::conv

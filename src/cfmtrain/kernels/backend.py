@@ -1,0 +1,57 @@
+"""Which implementation of the fused kernels runs on a device, warned about once and recorded.
+
+CPU: our compiled ops ('cpu-fused'). CUDA: mace-torch's cuEquivariance symmetric contraction when
+cuequivariance is installed ('cueq'), else mace-torch's own e3nn code ('reference'); our CUDA
+kernels come later (kernels/cuda/README.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+
+import torch
+
+CPU_FUSED = "cpu-fused"
+CUEQ = "cueq"
+BACKENDS = ("cpu-fused", "cueq", "reference")
+REFERENCE = "reference"
+
+_warned: set[tuple[str, str]] = set()
+
+
+def cueq_available() -> bool:
+    """True when cuequivariance and cuequivariance_torch are importable."""
+    return all(importlib.util.find_spec(m) is not None
+               for m in ("cuequivariance", "cuequivariance_torch"))
+
+
+def choose_backend(device: torch.device | str) -> str:
+    """The kernel backend for `device`; warns once per (device type, backend) if not our own."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return CPU_FUSED
+    if device.type == "cuda" and cueq_available():
+        backend = CUEQ
+        reason = "cfmtrain has no CUDA kernels yet: using mace-torch's cuEquivariance path"
+    else:
+        backend = REFERENCE
+        reason = (f"no fused kernels for {device.type}"
+                  + (" and cuequivariance is not installed" if device.type == "cuda" else "")
+                  + ": using mace-torch's reference (e3nn) path")
+    if (device.type, backend) not in _warned:
+        _warned.add((device.type, backend))
+        warnings.warn(reason, stacklevel=2)
+    return backend
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of a model's first parameter (CPU for a parameterless model)."""
+    for param in model.parameters():
+        return param.device
+    return torch.device("cpu")
+
+
+def kernel_backend(model: torch.nn.Module) -> dict:
+    """Metadata for a run: the backend `fuse_model` chose, per kernel (empty when not fused)."""
+    return dict(getattr(model, "cfmtrain_kernel_backend", {}))

@@ -1,0 +1,325 @@
+"""Fused channelwise ('uvu') conv of MACE's interaction blocks: sender features x edge spherical
+harmonics x per-edge radial weights, gathered from senders and summed into receivers in one op.
+
+The conv is a 4-linear form <g, TP(x, Y, W)> summed over edges; each derivative leaves one slot open
+and is again one of two compiled ops: `channelwise_conv_gather` (a node slot open: the message
+over the receiver CSR, or its adjoint w.r.t. x over the sender CSR) and `channelwise_conv_edge`
+(the attribute and weight slots open, per edge). So every order of derivative runs these kernels.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from e3nn import o3
+from mace.modules.blocks import InteractionBlock
+
+FUSION_TAG = "cfmtrain"
+
+
+def _load_ops(name: str = "cfmtrain._ops_channelwise_conv") -> None:
+    """Load the compiled op library (a torch extension without a Python module init)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise ImportError(f"{name} is not built: run `python setup.py build_ext --inplace` "
+                          "in the repository (or reinstall cfmtrain)")
+    torch.ops.load_library(spec.origin)
+
+
+_load_ops()
+_OPS = torch.ops.cfmtrain
+
+
+class ConvGraph(NamedTuple):
+    """Edges of a batch and their CSR views by receiver and by sender (int64, CPU)."""
+
+    sender: torch.Tensor
+    receiver: torch.Tensor
+    recv_rowptr: torch.Tensor
+    recv_perm: torch.Tensor
+    send_rowptr: torch.Tensor
+    send_perm: torch.Tensor
+
+
+@dataclass(frozen=True)
+class ConvDescriptor:
+    """The conv as paths of CG terms over ir_mul blocks (see kernels/cpu/channelwise_conv_cpu.h)."""
+
+    paths: torch.Tensor  # int64 [P, 10]
+    terms: torch.Tensor  # int64 [T, 3]
+    coeffs: torch.Tensor  # float64 [T]
+    dims: list[int]  # x_dim, y_dim, w_dim, o_dim
+    x_order: tuple[torch.Tensor, torch.Tensor] | None  # mul_ir -> ir_mul columns (and inverse)
+    o_order: tuple[torch.Tensor, torch.Tensor] | None  # of the features and of the message
+
+    def args(self) -> tuple:
+        return self.paths, self.terms, self.coeffs, self.dims
+
+
+def _offsets(irreps: o3.Irreps) -> list[int]:
+    out, off = [], 0
+    for mul, ir in irreps:
+        out.append(off)
+        off += mul * ir.dim
+    return out
+
+
+def conv_descriptor(tp: o3.TensorProduct) -> ConvDescriptor:
+    """Descriptor of an e3nn 'uvu' TensorProduct with per-edge weights (MACE's `conv_tp`)."""
+    if tp.shared_weights or tp.internal_weights:
+        raise ValueError("conv_descriptor: the TensorProduct must take per-edge external weights")
+    x_off, y_off, o_off = (_offsets(i) for i in (tp.irreps_in1, tp.irreps_in2, tp.irreps_out))
+    paths, terms, coeffs, w_off = [], [], [], 0
+    for ins in tp.instructions:
+        (mul, ir1), (mul2, ir2), (mul_o, ir_o) = (
+            tp.irreps_in1[ins.i_in1], tp.irreps_in2[ins.i_in2], tp.irreps_out[ins.i_out])
+        if ins.connection_mode != "uvu" or not ins.has_weight or mul2 != 1 or mul != mul_o:
+            raise ValueError(f"conv_descriptor: unsupported instruction {ins} (need weighted "
+                             "'uvu' with edge attributes of multiplicity 1)")
+        if mul == 0:
+            continue
+        cg = o3.wigner_3j(ir1.l, ir2.l, ir_o.l, dtype=torch.float64) * ins.path_weight
+        nonzero = (cg.abs() > 1e-14).nonzero().tolist()
+        paths.append([mul, x_off[ins.i_in1], ir1.dim, y_off[ins.i_in2], ir2.dim, w_off,
+                      o_off[ins.i_out], ir_o.dim, len(terms), len(terms) + len(nonzero)])
+        terms += nonzero
+        coeffs += [float(cg[i, j, k]) for i, j, k in nonzero]
+        w_off += mul
+    if w_off != tp.weight_numel:
+        raise ValueError(f"conv_descriptor: paths use {w_off} of {tp.weight_numel} weights")
+    return ConvDescriptor(
+        paths=torch.tensor(paths, dtype=torch.int64).reshape(-1, 10),
+        terms=torch.tensor(terms, dtype=torch.int64).reshape(-1, 3),
+        coeffs=torch.tensor(coeffs, dtype=torch.float64),
+        dims=[tp.irreps_in1.dim, tp.irreps_in2.dim, tp.weight_numel, tp.irreps_out.dim],
+        x_order=_ir_mul_order(tp.irreps_in1), o_order=_ir_mul_order(tp.irreps_out))
+
+
+def _ir_mul_order(irreps: o3.Irreps) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Column permutation (and its inverse) taking e3nn's mul_ir layout to ir_mul per block."""
+    order, off = [], 0
+    for mul, ir in irreps:
+        order += [off + u * ir.dim + i for i in range(ir.dim) for u in range(mul)]
+        off += mul * ir.dim
+    order = torch.tensor(order, dtype=torch.int64)
+    return None if torch.equal(order, torch.arange(len(order))) else (order, order.argsort())
+
+
+class _Permute(torch.autograd.Function):
+    """x[:, order]; the adjoint is the inverse permutation, so every derivative order is one."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, order: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+        ctx.order, ctx.inverse = order, inverse
+        return x.index_select(1, order)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return _Permute.apply(grad, ctx.inverse, ctx.order), None, None
+
+
+def _permute(x: torch.Tensor, order: tuple[torch.Tensor, torch.Tensor] | None,
+             inverse: bool = False) -> torch.Tensor:
+    if order is None:
+        return x.contiguous()
+    return _Permute.apply(x, *(order[::-1] if inverse else order))
+
+
+_graph_cache: list = []  # [(edge_index, version, num_nodes, ConvGraph)]: the last batch's graph
+
+
+def _csr(index: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    perm = torch.argsort(index, stable=True)
+    rowptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=index.device)
+    torch.cumsum(torch.bincount(index, minlength=num_nodes), 0, out=rowptr[1:])
+    return rowptr, perm
+
+
+def conv_graph(edge_index: torch.Tensor, num_nodes: int) -> ConvGraph:
+    """CSR views of `edge_index` (2 x E: sender, receiver), built once per batch and cached."""
+    for cached, version, n, graph in _graph_cache:
+        if cached is edge_index and version == edge_index._version and n == num_nodes:
+            return graph
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
+    if edge_index.dtype.is_floating_point or edge_index.dtype == torch.bool:
+        raise ValueError(f"edge_index must hold integers, got {edge_index.dtype}")
+    edges = edge_index.to(torch.int64)
+    if edges.numel() and (edges.min() < 0 or edges.max() >= num_nodes):
+        raise ValueError(f"edge_index has node ids outside [0, {num_nodes})")
+    sender, receiver = edges[0].contiguous(), edges[1].contiguous()
+    graph = ConvGraph(sender, receiver, *_csr(receiver, num_nodes), *_csr(sender, num_nodes))
+    _graph_cache[:] = [(edge_index, edge_index._version, num_nodes, graph)]
+    return graph
+
+
+def conv_gather(src: torch.Tensor, attr: torch.Tensor, weight: torch.Tensor, graph: ConvGraph,
+                desc: ConvDescriptor, transpose: bool, attr2: torch.Tensor | None = None,
+                weight2: torch.Tensor | None = None) -> torch.Tensor:
+    """Node-level slot of the conv (ir_mul layout): the message, or its adjoint w.r.t. x;
+    with (attr2, weight2) the conv with those edge factors is added in the same pass."""
+    if attr2 is not None:
+        attr2, weight2 = attr2.contiguous(), weight2.contiguous()
+    return _OPS.channelwise_conv_gather(src.contiguous(), attr.contiguous(), weight.contiguous(),
+                                        attr2, weight2, *graph, *desc.args(), transpose)
+
+
+def conv_edge(x: torch.Tensor, attr: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor,
+              graph: ConvGraph, desc: ConvDescriptor, need_attr: bool = True,
+              need_weight: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Edge-level slots: d<grad, message>/d attr (uses weight) and d<grad, message>/d weight
+    (uses attr); an output not asked for is empty."""
+    return _OPS.channelwise_conv_edge(x.contiguous(), attr.contiguous(), weight.contiguous(),
+                                      grad.contiguous(), *graph, *desc.args(), need_attr,
+                                      need_weight)
+
+
+def channelwise_conv(node_feats: torch.Tensor, edge_attrs: torch.Tensor, tp_weights: torch.Tensor,
+                     graph: ConvGraph, desc: ConvDescriptor) -> torch.Tensor:
+    """sum_{e: s->r} TP(node_feats[s], edge_attrs[e], tp_weights[e]) per receiver r (mul_ir)."""
+    if node_feats.device.type != "cpu":
+        raise NotImplementedError(f"the fused conv runs on the CPU only, got {node_feats.device}; "
+                                  "unfuse the model (cfmtrain.kernels.conv.unfuse_convs)")
+    x = _permute(node_feats, desc.x_order)
+    out = conv_gather(x, edge_attrs, tp_weights, graph, desc, transpose=False)
+    return _permute(out, desc.o_order, inverse=True)
+
+
+@torch.library.register_fake("cfmtrain::channelwise_conv_gather")
+def _gather_fake(src, attr, weight, attr2, weight2, sender, receiver, recv_rowptr, recv_perm,
+                 send_rowptr, send_perm, paths, terms, coeffs, dims, transpose):
+    rows = (send_rowptr if transpose else recv_rowptr).shape[0] - 1
+    return src.new_empty((rows, dims[0] if transpose else dims[3]))
+
+
+@torch.library.register_fake("cfmtrain::channelwise_conv_edge")
+def _edge_fake(x, attr, weight, grad, sender, receiver, recv_rowptr, recv_perm, send_rowptr,
+               send_perm, paths, terms, coeffs, dims, need_attr, need_weight):
+    return (attr.new_empty(attr.shape if need_attr else (0,)),
+            weight.new_empty(weight.shape if need_weight else (0,)))
+
+
+def _setup(ctx, inputs: tuple, num_tensors: int) -> None:
+    ctx.save_for_backward(*inputs[:num_tensors])
+    ctx.graph = ConvGraph(*inputs[num_tensors:num_tensors + 6])
+    paths, terms, coeffs, dims = inputs[num_tensors + 6:num_tensors + 10]
+    ctx.desc = ConvDescriptor(paths, terms, coeffs, list(dims), None, None)
+    ctx.flags = inputs[num_tensors + 10:]
+    ctx.set_materialize_grads(False)  # no E x weights zero tensors for unused outputs
+
+
+def _gather_backward(ctx, grad):
+    none = (None,) * 16
+    if grad is None:
+        return none
+    src, attr, weight, attr2, weight2 = ctx.saved_tensors
+    (transpose,) = ctx.flags
+    need = ctx.needs_input_grad
+    d = list(none)
+    if need[0]:
+        d[0] = conv_gather(grad, attr, weight, ctx.graph, ctx.desc, not transpose, attr2, weight2)
+    x, g = (grad, src) if transpose else (src, grad)
+    for k, (y, w) in ((1, (attr, weight)), (3, (attr2, weight2))):
+        if y is not None and (need[k] or need[k + 1]):
+            gy, gw = conv_edge(x, y, w, g, ctx.graph, ctx.desc, need[k], need[k + 1])
+            d[k], d[k + 1] = (gy if need[k] else None), (gw if need[k + 1] else None)
+    return tuple(d)
+
+
+def _edge_backward(ctx, a_attr, a_weight):
+    x, attr, weight, g = ctx.saved_tensors
+    need_attr_out, need_weight_out = ctx.flags
+    use_y, use_w = need_attr_out and a_attr is not None, need_weight_out and a_weight is not None
+    # The cotangents replace one edge slot of the 4-linear form: (a_attr, weight), (attr, a_weight).
+    pairs = [p for p, use in (((a_attr, weight), use_y), ((attr, a_weight), use_w)) if use]
+    flat = [t for p in pairs for t in p]
+    need = ctx.needs_input_grad
+    d = [None] * 16
+    if pairs and need[0]:
+        d[0] = conv_gather(g, *flat[:2], ctx.graph, ctx.desc, True, *flat[2:])
+    if pairs and need[3]:
+        d[3] = conv_gather(x, *flat[:2], ctx.graph, ctx.desc, False, *flat[2:])
+    # d attr = gy with a_weight in the weight slot; d weight = gw with a_attr in the attr slot.
+    want_y, want_w = bool(need[1] and use_w), bool(need[2] and use_y)
+    if want_y or want_w:
+        gy, gw = conv_edge(x, a_attr if want_w else attr, a_weight if want_y else weight, g,
+                           ctx.graph, ctx.desc, want_y, want_w)
+        d[1], d[2] = (gy if want_y else None), (gw if want_w else None)
+    return tuple(d)
+
+
+torch.library.register_autograd(
+    "cfmtrain::channelwise_conv_gather", _gather_backward,
+    setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 5))
+torch.library.register_autograd(
+    "cfmtrain::channelwise_conv_edge", _edge_backward,
+    setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 4))
+
+
+class FusedChannelwiseConv(torch.nn.Module):
+    """Drop-in `conv_tp` for a block with `conv_fusion`: (x, Y, W, edge_index) -> node messages.
+
+    It adopts the e3nn TensorProduct's parameters, buffers and submodules under the same names, so
+    the block's state_dict is unchanged, and `restore()` gives the TensorProduct back.
+    """
+
+    def __init__(self, tp: o3.TensorProduct) -> None:
+        super().__init__()
+        self.descriptor = conv_descriptor(tp)
+        self.irreps_in1, self.irreps_in2 = tp.irreps_in1, tp.irreps_in2
+        self.irreps_out, self.weight_numel = tp.irreps_out, tp.weight_numel
+        for name, child in tp.named_children():
+            self.add_module(name, child)
+        for name, param in tp.named_parameters(recurse=False):
+            self.register_parameter(name, param)
+        for name, buf in tp.named_buffers(recurse=False):
+            self.register_buffer(name, buf, persistent=name not in tp._non_persistent_buffers_set)
+        self.__dict__["_original"] = tp  # not a submodule: not in state_dict or .modules()
+
+    def forward(self, node_feats: torch.Tensor, edge_attrs: torch.Tensor,
+                tp_weights: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        graph = conv_graph(edge_index, node_feats.shape[0])
+        return channelwise_conv(node_feats, edge_attrs, tp_weights, graph, self.descriptor)
+
+    def restore(self) -> o3.TensorProduct:
+        """The original TensorProduct, holding this module's current parameters and buffers."""
+        tp = self._original
+        for name in list(tp._parameters):
+            tp._parameters[name] = self._parameters[name]
+        for name in list(tp._buffers):
+            tp._buffers[name] = self._buffers[name]
+        for name, child in self.named_children():
+            tp._modules[name] = child
+        return tp
+
+
+def _interaction_blocks(model: torch.nn.Module) -> list[InteractionBlock]:
+    return [m for m in model.modules() if isinstance(m, InteractionBlock) and hasattr(m, "conv_tp")]
+
+
+def fuse_convs(model: torch.nn.Module) -> torch.nn.Module:
+    """Swap FusedChannelwiseConv into every interaction block of a mace-torch model, in place."""
+    for block in _interaction_blocks(model):
+        if isinstance(block.conv_tp, FusedChannelwiseConv):
+            continue
+        if not isinstance(block.conv_tp, o3.TensorProduct) or hasattr(block, "conv_fusion"):
+            raise TypeError(f"fuse_convs: {type(block).__name__}.conv_tp is "
+                            f"{type(block.conv_tp).__name__} (conv_fusion="
+                            f"{getattr(block, 'conv_fusion', None)!r}); only mace-torch's e3nn "
+                            "path (no cueq/oeq config) can be fused")
+        block.conv_tp = FusedChannelwiseConv(block.conv_tp)
+        block.conv_fusion = FUSION_TAG
+    return model
+
+
+def unfuse_convs(model: torch.nn.Module) -> torch.nn.Module:
+    """Put the original e3nn TensorProducts back (the inverse of `fuse_convs`), in place."""
+    for block in _interaction_blocks(model):
+        if isinstance(block.conv_tp, FusedChannelwiseConv):
+            block.conv_tp = block.conv_tp.restore()
+            if getattr(block, "conv_fusion", None) == FUSION_TAG:
+                del block.conv_fusion
+    return model

@@ -1,0 +1,109 @@
+"""Swap the fused kernels into a mace-torch model in place, and back.
+
+Parameters are shared, never copied: state_dict keys and values do not change, so an unfused
+model is an ordinary mace-torch model that anyone can load.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import torch
+
+from cfmtrain.kernels.backend import BACKENDS, CPU_FUSED, CUEQ, choose_backend, model_device
+from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
+
+
+def _products(model: torch.nn.Module) -> list[torch.nn.Module]:
+    products = getattr(model, "products", None)
+    if products is None:
+        raise TypeError(f"{type(model).__name__} has no `products`: not a MACE model")
+    return list(products)
+
+
+def _conv_module():
+    """cfmtrain.kernels.conv (issue #5) when it exists, else None."""
+    if importlib.util.find_spec("cfmtrain.kernels.conv") is None:
+        return None
+    return importlib.import_module("cfmtrain.kernels.conv")
+
+
+def _is_swapped(module: torch.nn.Module) -> bool:
+    return hasattr(module, "_original")  # SymmetricContractionFused or SymmetricContractionCueq
+
+
+def fuse_symmetric_contractions(model: torch.nn.Module, backend: str = CPU_FUSED) -> int:
+    """Replace every product block's mace SymmetricContraction; returns how many were swapped.
+
+    `backend`: "cpu-fused" (cfmtrain's ops) or "cueq" (cuEquivariance; CUDA kernel on a CUDA
+    device, its PyTorch fallback elsewhere).
+    """
+    from mace.modules.symmetric_contraction import SymmetricContraction
+
+    swapped = 0
+    for product in _products(model):
+        sc = product.symmetric_contractions
+        if _is_swapped(sc):
+            if (backend == CPU_FUSED) == isinstance(sc, SymmetricContractionFused):
+                continue  # already on this backend
+            sc = sc.original
+        elif not isinstance(sc, SymmetricContraction):
+            raise TypeError(f"cannot fuse {type(sc).__name__}: build the model with mace's e3nn "
+                            "SymmetricContraction (no cueq_config) before fusing")
+        if backend == CPU_FUSED:
+            product.symmetric_contractions = SymmetricContractionFused(sc)
+        else:
+            from cfmtrain.kernels.cueq import SymmetricContractionCueq
+
+            on_cuda = sc.contractions[0].weights_max.is_cuda
+            method = "uniform_1d" if on_cuda else "naive"
+            product.symmetric_contractions = SymmetricContractionCueq(sc, method=method)
+        swapped += 1
+    return swapped
+
+
+def fuse_model(model: torch.nn.Module, conv: bool = True,
+               backend: str | None = None) -> torch.nn.Module:
+    """Swap fused kernels into a MACE / ScaleShiftMACE model in place and return it.
+
+    The backend follows the model's device unless given (see cfmtrain.kernels.backend) and is
+    recorded in `model.cfmtrain_kernel_backend`: "cpu-fused" swaps in cfmtrain's kernels,
+    "cueq" mace-torch's cuEquivariance symmetric contraction, "reference" leaves mace-torch's
+    e3nn code. `conv=False` leaves the convolution alone.
+    """
+    backend = backend or choose_backend(model_device(model))
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown kernel backend {backend!r}; choose one of {BACKENDS}")
+    record = {"symmetric_contraction": backend}
+    if backend in (CPU_FUSED, CUEQ):
+        fuse_symmetric_contractions(model, backend)
+    else:
+        unfuse_model(model)
+    if backend == CPU_FUSED:
+        # --- conv fusion (issue #5): cfmtrain.kernels.conv.fuse_convs, when it exists ---
+        conv_module = _conv_module() if conv else None
+        if conv_module is not None:
+            conv_module.fuse_convs(model)
+            record["conv"] = backend
+        # --- end conv fusion ---
+    model.cfmtrain_kernel_backend = record
+    return model
+
+
+def unfuse_model(model: torch.nn.Module) -> torch.nn.Module:
+    """Restore mace-torch's original modules in place (same parameters) and return the model."""
+    for product in _products(model):
+        sc = product.symmetric_contractions
+        if _is_swapped(sc):
+            product.symmetric_contractions = sc.original
+    # --- conv unfusion (issue #5): cfmtrain.kernels.conv.unfuse_convs, when it exists ---
+    # Only a model fused by an imported conv module can hold fused convs.
+    conv_module = sys.modules.get("cfmtrain.kernels.conv")
+    if conv_module is not None:
+        conv_module.unfuse_convs(model)
+    # --- end conv unfusion ---
+    if hasattr(model, "cfmtrain_kernel_backend"):
+        del model.cfmtrain_kernel_backend
+    return model

@@ -1,0 +1,316 @@
+"""Fused channelwise conv (cfmtrain.kernels.conv) against mace-torch's own e3nn conv_tp followed by
+scatter_sum: block messages, derivatives to second order, edge cases, and whole models."""
+
+import copy
+
+import e3nn
+import mace.modules  # noqa: F401  (import mace before e3nn)
+import numpy as np
+import pytest
+import torch
+from e3nn import o3
+from mace.modules.irreps_tools import tp_out_irreps_with_instructions
+from mace.modules.wrapper_ops import TensorProduct
+from mace.tools.scatter import scatter_sum
+
+from cfmtrain.kernels.conv import (
+    FusedChannelwiseConv,
+    channelwise_conv,
+    conv_descriptor,
+    conv_graph,
+    fuse_convs,
+    unfuse_convs,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def small_and_serial():
+    """Tiny problems: one thread (OpenMP spin-waits cost seconds on a shared 2-core machine) and
+    no TorchScript compilation of e3nn's generated code (numerically the same modules)."""
+    threads, options = torch.get_num_threads(), e3nn.get_optimization_defaults()
+    torch.set_num_threads(1)
+    e3nn.set_optimization_defaults(jit_script_fx=False)
+    yield
+    torch.set_num_threads(threads)
+    e3nn.set_optimization_defaults(**options)
+
+
+@pytest.fixture
+def float64_default():
+    """Build mace modules in float64 so that their CG buffers are float64-exact."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+def make_tp(hidden: str, lmax: int) -> torch.nn.Module:
+    """The conv_tp MACE builds for node features `hidden` and spherical harmonics up to lmax."""
+    irreps_in, sh = o3.Irreps(hidden), o3.Irreps.spherical_harmonics(lmax)
+    target = sh.sort()[0].simplify()
+    mid, instructions = tp_out_irreps_with_instructions(irreps_in, sh, target)
+    return TensorProduct(irreps_in, sh, mid, instructions=instructions, shared_weights=False,
+                         internal_weights=False)
+
+
+def mace_conv(tp, x, y, w, edge_index):
+    return scatter_sum(tp(x[edge_index[0]], y, w), edge_index[1], dim=0, dim_size=x.shape[0])
+
+
+def random_inputs(tp, edge_index, num_nodes, dtype=torch.float64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    num_edges = edge_index.shape[1]
+    return [torch.randn(shape, generator=gen, dtype=dtype).requires_grad_() for shape in
+            ((num_nodes, tp.irreps_in1.dim), (num_edges, tp.irreps_in2.dim),
+             (num_edges, tp.weight_numel))]
+
+
+def fused(tp, edge_index, num_nodes):
+    desc, graph = conv_descriptor(tp), conv_graph(edge_index, num_nodes)
+    return lambda x, y, w: channelwise_conv(x, y, w, graph, desc)
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    scale = b.abs().max().item()
+    return (a - b).abs().max().item() / scale if scale > 0 else a.abs().max().item()
+
+
+def first_and_second_derivatives(f, inputs, seed=1):
+    """Output, VJP of a random cotangent (with graph), and the gradient of its squared norm."""
+    out = f(*inputs)
+    cot = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    grads = torch.autograd.grad((out * cot).sum(), inputs, create_graph=True)
+    second = torch.autograd.grad(sum((g**2).sum() for g in grads), inputs)
+    return [out, *grads, *second]
+
+
+SHAPES = [("8x0e", 3), ("4x0e+4x1o", 3), ("3x0e+3x1o+3x2e", 2), ("2x0e+2x1o+2x1e+2x2e", 3)]
+
+
+@pytest.mark.parametrize("hidden,lmax", SHAPES)
+def test_message_and_derivatives_match_mace(float64_default, hidden, lmax):
+    tp = make_tp(hidden, lmax)
+    edge_index = torch.randint(0, 9, (2, 40), generator=torch.Generator().manual_seed(2))
+    inputs = random_inputs(tp, edge_index, 9)
+    ours = first_and_second_derivatives(fused(tp, edge_index, 9), inputs)
+    ref = first_and_second_derivatives(lambda x, y, w: mace_conv(tp, x, y, w, edge_index), inputs)
+    for a, b in zip(ours, ref, strict=True):
+        assert rel_err(a, b) < 1e-10
+
+
+def test_gradcheck_and_gradgradcheck(float64_default):
+    tp = make_tp("2x0e+2x1o", 2)
+    edge_index = torch.tensor([[0, 1, 2, 2, 3, 0, 4], [1, 0, 0, 3, 3, 2, 2]])
+    inputs = random_inputs(tp, edge_index, 5)
+    f = fused(tp, edge_index, 5)
+    assert torch.autograd.gradcheck(f, inputs, fast_mode=True)
+    assert torch.autograd.gradgradcheck(f, inputs, fast_mode=True)
+
+
+def test_float32_error_within_twice_mace(float64_default):
+    tp = make_tp("40x0e+40x1o", 3)
+    edge_index = torch.randint(0, 30, (2, 400), generator=torch.Generator().manual_seed(3))
+    inputs = random_inputs(tp, edge_index, 30)
+    exact = first_and_second_derivatives(fused(tp, edge_index, 30), inputs)
+    tp32 = copy.deepcopy(tp).float()
+    inputs32 = [t.detach().float().requires_grad_() for t in inputs]
+    ours = first_and_second_derivatives(fused(tp32, edge_index, 30), inputs32)
+    ref = first_and_second_derivatives(lambda x, y, w: mace_conv(tp32, x, y, w, edge_index),
+                                       inputs32)
+    for a, b, e in zip(ours, ref, exact, strict=True):
+        assert rel_err(a.double(), e) <= 2 * rel_err(b.double(), e)
+
+
+def test_receiver_with_hundreds_of_edges(float64_default):
+    tp = make_tp("20x0e+20x1o", 3)  # register blocks of 8 or 16 doubles, then one register
+    gen = torch.Generator().manual_seed(4)
+    star = torch.stack([torch.randint(1, 20, (600,), generator=gen), torch.zeros(600).long()])
+    edge_index = torch.cat([star, torch.randint(0, 20, (2, 50), generator=gen)], dim=1)
+    inputs = random_inputs(tp, edge_index, 20)
+    torch.set_num_threads(2)  # enough work for the threaded kernels
+    try:
+        ours = first_and_second_derivatives(fused(tp, edge_index, 20), inputs)
+    finally:
+        torch.set_num_threads(1)
+    ref = first_and_second_derivatives(lambda x, y, w: mace_conv(tp, x, y, w, edge_index), inputs)
+    for a, b in zip(ours, ref, strict=True):
+        assert rel_err(a, b) < 1e-10
+
+
+def test_no_edges_gives_zero_messages_and_gradients(float64_default):
+    tp = make_tp("4x0e+4x1o", 2)
+    edge_index = torch.zeros((2, 0), dtype=torch.int64)
+    x, y, w = random_inputs(tp, edge_index, 3)
+    out = fused(tp, edge_index, 3)(x, y, w)
+    assert out.shape == (3, tp.irreps_out.dim) and not out.any()
+    gx, gy, gw = torch.autograd.grad(out.sum(), (x, y, w), allow_unused=True)
+    assert not gx.any() and gy.shape == y.shape and gw.shape == w.shape
+
+
+def test_bad_inputs_raise_naming_the_argument(float64_default):
+    tp = make_tp("4x0e+4x1o", 2)
+    edge_index = torch.tensor([[0, 1], [1, 0]])
+    x, y, w = (t.detach() for t in random_inputs(tp, edge_index, 2))
+    f = fused(tp, edge_index, 2)
+    with pytest.raises(RuntimeError, match="edge_weight"):
+        f(x, y, w[:, :-1])
+    with pytest.raises(RuntimeError, match="edge_attr must be Double"):
+        f(x, y.float(), w)
+    with pytest.raises(ValueError, match="edge_index has node ids outside"):
+        conv_graph(torch.tensor([[0, 5], [1, 0]]), 2)
+    with pytest.raises(ValueError, match="edge_index must have shape"):
+        conv_graph(torch.zeros(3, 4, dtype=torch.int64), 2)
+
+
+def test_graph_is_cached_per_edge_index():
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    assert conv_graph(edge_index, 3) is conv_graph(edge_index, 3)
+    assert conv_graph(edge_index.clone(), 3) is not conv_graph(edge_index, 3)
+
+
+# ---- whole models -------------------------------------------------------------------------------
+
+BLOCKS = [
+    ("RealAgnosticInteractionBlock", "RealAgnosticResidualInteractionBlock"),
+    ("RealAgnosticResidualInteractionBlock", "RealAgnosticResidualInteractionBlock"),
+    ("RealAgnosticDensityInteractionBlock", "RealAgnosticDensityResidualInteractionBlock"),
+    ("RealAgnosticAttResidualInteractionBlock", "RealAgnosticAttResidualInteractionBlock"),
+    ("RealAgnosticResidualNonLinearInteractionBlock",
+     "RealAgnosticResidualNonLinearInteractionBlock"),
+]
+
+
+def make_model(first: str, rest: str, hidden: str = "8x0e+8x1o", lmax: int = 2):
+    classes = mace.modules.interaction_classes
+    return mace.modules.ScaleShiftMACE(
+        r_max=4.5, num_bessel=8, num_polynomial_cutoff=5, max_ell=lmax,
+        interaction_cls_first=classes[first], interaction_cls=classes[rest], num_interactions=2,
+        num_elements=2, hidden_irreps=o3.Irreps(hidden), MLP_irreps=o3.Irreps("8x0e"),
+        atomic_energies=np.array([-1.5, -2.0]), avg_num_neighbors=12.0, atomic_numbers=[28, 29],
+        correlation=2, gate=torch.nn.functional.silu, radial_MLP=[16, 16], use_reduced_cg=False,
+        atomic_inter_scale=1.3, atomic_inter_shift=0.1)
+
+
+def structures():
+    """A rattled periodic NiCu cell, a 1-atom periodic cell (self-images only), a free cluster and
+    two isolated atoms (no edges)."""
+    import ase.build
+    from ase import Atoms
+
+    bulk = ase.build.bulk("Cu", "fcc", a=3.6, cubic=True)
+    bulk.symbols[[0, 2]] = "Ni"
+    bulk.rattle(0.1, seed=1)
+    one = ase.build.bulk("Ni", "fcc", a=3.5)
+    cluster = Atoms("Cu3Ni2", positions=np.random.default_rng(2).uniform(0, 4, (5, 3)))
+    isolated = Atoms("CuNi", positions=[[0, 0, 0], [9, 0, 0]])
+    return [bulk, one, cluster, isolated]
+
+
+def batch_of(atoms_list, r_max=4.5) -> dict:
+    from mace import data
+    from mace.tools import torch_geometric, utils
+
+    z_table = utils.AtomicNumberTable([28, 29])
+    graphs = [data.AtomicData.from_config(data.config_from_atoms(a), z_table=z_table,
+                                          cutoff=r_max) for a in atoms_list]
+    loader = torch_geometric.dataloader.DataLoader(graphs, batch_size=len(graphs), shuffle=False)
+    return next(iter(loader)).to_dict()
+
+
+def model_outputs(model, batch) -> list[torch.Tensor]:
+    """Energy, forces, stress and the parameter gradients of an energy+forces loss."""
+    batch = {k: v.clone() if torch.is_tensor(v) else v for k, v in batch.items()}
+    out = model(batch, training=True, compute_force=True, compute_stress=True)
+    gen = torch.Generator().manual_seed(5)
+    e_ref = torch.randn(out["energy"].shape, generator=gen, dtype=out["energy"].dtype)
+    f_ref = torch.randn(out["forces"].shape, generator=gen, dtype=out["forces"].dtype)
+    loss = ((out["energy"] - e_ref) ** 2).mean() + ((out["forces"] - f_ref) ** 2).mean()
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]
+    return [out["energy"].detach(), out["forces"].detach(), out["stress"].detach(), *grads]
+
+
+@pytest.mark.parametrize("first,rest", BLOCKS)
+def test_model_matches_mace_float64(float64_default, first, rest):
+    torch.manual_seed(0)
+    model = make_model(first, rest)
+    batch = batch_of(structures())
+    ref = model_outputs(model, batch)
+    fused_model = fuse_convs(copy.deepcopy(model))
+    assert all(isinstance(b.conv_tp, FusedChannelwiseConv) for b in fused_model.interactions)
+    ours = model_outputs(fused_model, batch)
+    for a, b in zip(ours, ref, strict=True):
+        assert rel_err(a, b) < 1e-10
+
+
+def test_model_float32_within_twice_mace(float64_default):
+    torch.manual_seed(0)
+    model = make_model(*BLOCKS[0], hidden="16x0e+16x1o", lmax=3)
+    batch64 = batch_of(structures())
+    exact = model_outputs(model, batch64)
+    batch32 = {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v
+               for k, v in batch64.items()}
+    ref_model = copy.deepcopy(model).float()
+    ref = model_outputs(ref_model, batch32)
+    ours = model_outputs(fuse_convs(copy.deepcopy(model).float()), batch32)
+    for a, b, e in zip(ours, ref, exact, strict=True):
+        assert rel_err(a.double(), e) <= 2 * rel_err(b.double(), e) + 1e-6 * (not e.any())
+
+
+def test_model_batch_without_edges(float64_default):
+    from ase import Atoms
+
+    torch.manual_seed(0)
+    model = make_model(*BLOCKS[0])
+    batch = batch_of([Atoms("Cu", positions=[[0, 0, 0]]), Atoms("Ni", positions=[[0, 0, 0]])])
+    assert batch["edge_index"].shape[1] == 0
+    ref = model_outputs(model, batch)
+    ours = model_outputs(fuse_convs(copy.deepcopy(model)), batch)
+    for a, b in zip(ours, ref, strict=True):
+        assert rel_err(a, b) < 1e-10
+
+
+def test_fuse_keeps_state_dict_and_unfuse_restores_mace(float64_default):
+    torch.manual_seed(0)
+    model = make_model(*BLOCKS[0])
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fuse_convs(model)
+    after = model.state_dict()
+    assert list(after) == list(before)
+    assert all(torch.equal(after[k], v) for k, v in before.items())
+    model.float()
+    unfuse_convs(model)
+    assert all(type(b.conv_tp) is o3.TensorProduct and not hasattr(b, "conv_fusion")
+               for b in model.interactions)
+    restored = model.state_dict()
+    assert list(restored) == list(before)
+    assert all(v.dtype == torch.float32 for v in restored.values() if v.is_floating_point())
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_ops_gradcheck_to_third_order(float64_default, transpose):
+    """Each op alone (the gather with a second edge pair, the edge op), so that the derivatives
+    used only in double backward are themselves checked to second order."""
+    from cfmtrain.kernels.conv import conv_edge, conv_gather
+
+    tp = make_tp("2x0e+2x1o", 2)
+    edge_index = torch.tensor([[0, 1, 2, 2, 3, 0], [1, 0, 0, 3, 3, 2]])
+    desc, graph = conv_descriptor(tp), conv_graph(edge_index, 4)
+    gen = torch.Generator().manual_seed(6)
+    src_dim = tp.irreps_out.dim if transpose else tp.irreps_in1.dim
+    src, g = (torch.randn(4, d, generator=gen).requires_grad_()
+              for d in (src_dim, tp.irreps_out.dim))
+    x = torch.randn(4, tp.irreps_in1.dim, generator=gen).requires_grad_()
+    y, y2 = (torch.randn(6, 9, generator=gen).requires_grad_() for _ in range(2))
+    w, w2 = (torch.randn(6, tp.weight_numel, generator=gen).requires_grad_() for _ in range(2))
+
+    def gather2(src, y, w, y2, w2):
+        return conv_gather(src, y, w, graph, desc, transpose, y2, w2)
+
+    def edge(x, y, w, g):
+        return conv_edge(x, y, w, g, graph, desc)
+
+    for f, inputs in ((gather2, (src, y, w, y2, w2)), (edge, (x, y, w, g))):
+        assert torch.autograd.gradcheck(f, inputs, fast_mode=True)
+        assert torch.autograd.gradgradcheck(f, inputs, fast_mode=True)

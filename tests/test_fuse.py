@@ -1,0 +1,209 @@
+"""fuse_model / unfuse_model on whole mace-torch models: parameters and state_dict unchanged,
+energies, forces and energy+forces parameter gradients equal to mace-torch's, MACECalculator."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import ase.build
+import mace  # noqa: F401  (import mace before e3nn)
+import numpy as np
+import pytest
+import torch
+from e3nn import o3
+from mace import data, modules, tools
+from mace.calculators import MACECalculator
+from mace.modules.symmetric_contraction import SymmetricContraction
+from mace.tools import torch_geometric
+
+from cfmtrain.kernels import backend as kernel_backend_module
+from cfmtrain.kernels import choose_backend, fuse_model, kernel_backend, unfuse_model
+from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
+
+Z = [29, 28]
+
+
+def small_model(cls=modules.MACE, reduced=False, hidden="8x0e+8x1o", max_ell=2, seed=0):
+    """A small 2-layer, correlation-3 model in float64 with perturbed (non-initial) weights."""
+    torch.manual_seed(seed)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        kwargs = dict(
+            r_max=4.5, num_bessel=8, num_polynomial_cutoff=5, max_ell=max_ell,
+            interaction_cls=modules.interaction_classes["RealAgnosticResidualInteractionBlock"],
+            interaction_cls_first=modules.interaction_classes["RealAgnosticResidualInteractionBlock"],
+            num_interactions=2, num_elements=len(Z), hidden_irreps=o3.Irreps(hidden),
+            MLP_irreps=o3.Irreps("16x0e"), atomic_energies=np.array([-1.0, -2.0]),
+            avg_num_neighbors=8.0, atomic_numbers=Z, correlation=3,
+            gate=torch.nn.functional.silu, use_reduced_cg=reduced)
+        if cls is modules.ScaleShiftMACE:
+            kwargs.update(atomic_inter_scale=1.3, atomic_inter_shift=0.1)
+        model = cls(**kwargs)
+    finally:
+        torch.set_default_dtype(previous)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def atoms(num_cells=(2, 2, 2)):
+    structure = ase.build.bulk("Cu", "fcc", a=3.6, cubic=True) * num_cells
+    structure.numbers[::3] = 28
+    structure.rattle(0.1, seed=1)
+    return structure
+
+
+def batch_dict(structure, dtype=torch.float64):
+    config = data.config_from_atoms(structure)
+    item = data.AtomicData.from_config(config, z_table=tools.AtomicNumberTable(Z), cutoff=4.5)
+    batch = next(iter(torch_geometric.dataloader.DataLoader([item], batch_size=1)))
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in batch.to_dict().items()}
+
+
+def energy_forces_grads(model, batch):
+    """Energy, forces and the parameter gradients of an energy+forces loss (double backward)."""
+    out = model(dict(batch), training=True, compute_force=True)
+    loss = out["energy"].pow(2).sum() + out["forces"].pow(2).sum()
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, params, strict=True)]
+    return [out["energy"].detach(), out["forces"].detach(), *grads]
+
+
+def rel_err(a, b):
+    scale = b.abs().max().item()
+    return (a - b).abs().max().item() / (scale if scale > 0 else 1.0)
+
+
+def l2_err(a, b):
+    norm = b.norm().item()
+    return (a.double() - b).norm().item() / (norm if norm > 0 else 1.0)
+
+
+CASES = [
+    (modules.MACE, False, "8x0e+8x1o", 2),
+    (modules.ScaleShiftMACE, True, "8x0e+8x1o", 3),
+    (modules.MACE, True, "6x0e+6x1o+6x2e", 2),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=["mace", "scaleshift-reduced-l3", "hidden-2e"])
+def test_fused_model_matches_mace_float64(case):
+    cls, reduced, hidden, max_ell = case
+    model = small_model(cls, reduced, hidden, max_ell)
+    batch = batch_dict(atoms())
+    expected = energy_forces_grads(model, batch)
+    fuse_model(model, conv=False)
+    assert all(isinstance(p.symmetric_contractions, SymmetricContractionFused)
+               for p in model.products)
+    got = energy_forces_grads(model, batch)
+    for g, e in zip(got, expected, strict=True):
+        assert rel_err(g, e) < 1e-10
+
+
+def test_fuse_keeps_parameters_and_state_dict_and_unfuse_restores():
+    model = small_model()
+    originals = [p.symmetric_contractions for p in model.products]
+    params_before = {name: p for name, p in model.named_parameters()}
+    state_before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert fuse_model(model, conv=False) is model
+    assert kernel_backend(model) == {"symmetric_contraction": "cpu-fused"}
+    assert list(model.state_dict()) == list(state_before)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, state_before[key])
+    for name, p in model.named_parameters():
+        assert p is params_before[name]
+    fuse_model(model, conv=False)  # idempotent
+    assert unfuse_model(model) is model
+    for product, original in zip(model.products, originals, strict=True):
+        assert product.symmetric_contractions is original
+        assert type(original) is SymmetricContraction
+    assert kernel_backend(model) == {}
+    assert list(model.state_dict()) == list(state_before)
+
+
+def test_fused_model_trains_the_shared_parameters():
+    model = fuse_model(small_model(), conv=False)
+    batch = batch_dict(atoms())
+    weight = model.products[0].symmetric_contractions.contractions[0].weights_max
+    before = weight.detach().clone()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    out = model(dict(batch), training=True, compute_force=True)
+    (out["energy"].pow(2).sum() + out["forces"].pow(2).sum()).backward()
+    optimizer.step()
+    assert not torch.equal(weight, before)
+    unfuse_model(model)
+    assert model.products[0].symmetric_contractions.contractions[0].weights_max is weight
+
+
+def test_float32_whole_model_within_twice_mace_error():
+    model64 = small_model(reduced=True)
+    batch = batch_dict(atoms())
+    exact = energy_forces_grads(model64, batch)
+    mace32 = energy_forces_grads(copy.deepcopy(model64).float(), batch_dict(atoms(), torch.float32))
+    fused = fuse_model(copy.deepcopy(model64).float(), conv=False)
+    ours32 = energy_forces_grads(fused, batch_dict(atoms(), torch.float32))
+    for ours, theirs, e in zip(ours32, mace32, exact, strict=True):
+        assert ours.dtype == torch.float32
+        assert l2_err(ours, e) <= 2 * l2_err(theirs, e) + 1e-12
+
+
+def test_fused_model_in_mace_calculator():
+    model = small_model(reduced=True)
+    reference = MACECalculator(models=copy.deepcopy(model), device="cpu", default_dtype="float64")
+    fused = MACECalculator(models=fuse_model(copy.deepcopy(model), conv=False), device="cpu",
+                           default_dtype="float64")
+    structure = atoms((2, 2, 1))
+    structure.calc = reference
+    e_ref, f_ref = structure.get_potential_energy(), structure.get_forces()
+    structure.calc = fused
+    e, f = structure.get_potential_energy(), structure.get_forces()
+    assert abs(e - e_ref) <= 1e-10 * abs(e_ref)
+    assert np.abs(f - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
+
+
+def test_one_atom_and_one_element():
+    model = fuse_model(small_model(), conv=False)
+    reference = unfuse_model(copy.deepcopy(model))
+    single = ase.Atoms("Cu", positions=[[0, 0, 0]], cell=[2.6, 2.6, 2.6], pbc=True)
+    batch = batch_dict(single)  # one atom, one element, its periodic images as neighbours
+    got, expected = energy_forces_grads(model, batch), energy_forces_grads(reference, batch)
+    for g, e in zip(got, expected, strict=True):
+        assert rel_err(g, e) < 1e-10
+
+
+def test_cueq_backend_shares_parameters_and_matches_mace():
+    # the CUDA backend, run here through cuequivariance's PyTorch ("naive") method on the CPU
+    model = small_model(reduced=True)
+    batch = batch_dict(atoms((2, 2, 1)))
+    expected = energy_forces_grads(model, batch)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    fuse_model(model, backend="cueq")
+    assert kernel_backend(model) == {"symmetric_contraction": "cueq"}
+    assert list(model.state_dict()) == list(state)
+    for g, e in zip(energy_forces_grads(model, batch), expected, strict=True):
+        assert rel_err(g, e) < 1e-10
+    fuse_model(model, conv=False)  # cueq -> cpu-fused, then back to mace-torch's modules
+    assert isinstance(model.products[0].symmetric_contractions, SymmetricContractionFused)
+    fuse_model(model, backend="reference")
+    assert type(model.products[0].symmetric_contractions) is SymmetricContraction
+
+
+def test_backend_choice_warns_once_and_records(monkeypatch):
+    assert choose_backend("cpu") == "cpu-fused"
+    monkeypatch.setattr(kernel_backend_module, "_warned", set())
+    with pytest.warns(UserWarning, match="reference"):
+        assert choose_backend("meta") == "reference"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert choose_backend("meta") == "reference"  # warned once only
+    monkeypatch.setattr(kernel_backend_module, "cueq_available", lambda: True)
+    with pytest.warns(UserWarning, match="cuEquivariance"):
+        assert choose_backend("cuda") == "cueq"
+    monkeypatch.setattr(kernel_backend_module, "cueq_available", lambda: False)
+    with pytest.warns(UserWarning, match="not installed"):
+        assert choose_backend("cuda") == "reference"
