@@ -125,12 +125,16 @@ def run_srun(argv: list[str], env: dict[str, str]) -> int:
     proc = subprocess.Popen(argv, env=env)
 
     def forward(signum: int, frame: object) -> None:
-        step = _find_step(env)
-        if step is None:  # not launched yet: let srun abort the launch
-            proc.terminate()
-            return
-        print(f"cfmtrain launch: SIGTERM -> step {step}", file=sys.stderr, flush=True)
-        subprocess.run(["scancel", "--signal=TERM", step], env=env, check=False, timeout=30)
+        try:
+            step = _find_step(env)
+            if step is not None:
+                print(f"cfmtrain launch: SIGTERM -> step {step}", file=sys.stderr, flush=True)
+                subprocess.run(["scancel", "--signal=TERM", step], env=env, timeout=30,
+                               check=True)
+                return
+        except (OSError, subprocess.SubprocessError) as err:
+            print(f"cfmtrain launch: cannot signal the step ({err})", file=sys.stderr)
+        proc.terminate()  # no step (yet): srun aborts the launch
 
     previous = signal.signal(signal.SIGTERM, forward)
     try:
@@ -141,7 +145,7 @@ def run_srun(argv: list[str], env: dict[str, str]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Replace this process by the launch; returns only if exec fails."""
+    """Launch; returns srun's exit code, or 127 if exec fails (else this process is replaced)."""
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
