@@ -1,5 +1,5 @@
 # Two commands: `make run` (setup + the default pipeline on the embedded `mini` data) and
-# `make test` (setup + Debian's Slurm for the real-Slurm test + the test suite).
+# `make test` (setup + ruff + the test suite). Both need only PyPI.
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
 .PHONY: setup run test lint
@@ -11,7 +11,6 @@ run: setup
 	snakemake --profile profiles/local
 
 test: setup
-	bash scripts/slurm/install.sh
 	ruff check .
 	python -m pytest -q
 
