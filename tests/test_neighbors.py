@@ -30,8 +30,10 @@ def check_against_ase(atoms: Atoms) -> int:
     assert edge_set(*graph.edge_index, graph.unit_shifts) == edge_set(i, j, shifts)
     vectors = (atoms.positions[graph.edge_index[1]] - atoms.positions[graph.edge_index[0]]
                + graph.unit_shifts @ atoms.cell.array)
-    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), graph.lengths, rtol=1e-12)
-    assert graph.lengths.max(initial=0) < CUTOFF
+    lengths = np.linalg.norm(vectors, axis=1)
+    assert lengths.max(initial=0) < CUTOFF
+    assert graph.min_length == pytest.approx(d.min(initial=np.inf), rel=1e-12)
+    np.testing.assert_allclose(np.sort(lengths), np.sort(d), rtol=1e-12)
     return len(i)
 
 
@@ -78,3 +80,9 @@ def test_self_images_in_small_cell_count():
     graph = radius_graph(atoms.positions, atoms.cell.array, atoms.pbc, CUTOFF)
     assert graph.edge_index.shape[1] == 42
     assert (graph.edge_index == 0).all() and not (graph.unit_shifts == 0).all(axis=1).any()
+
+
+def test_shift_beyond_stored_range_is_refused():
+    # a 0.03 Å periodic axis puts images 150 cells away inside the cutoff: int8 cannot hold them
+    with pytest.raises(ValueError, match="beyond"):
+        radius_graph(np.zeros((1, 3)), np.diag([0.03, 10.0, 10.0]), (True, False, False), CUTOFF)

@@ -137,3 +137,11 @@ def test_union_of_stores_in_list_order(tmp_path):
     assert len(store) == 4
     for i, atoms in enumerate(frames):
         assert_graph_equal(store[i], atoms)
+
+
+def test_shift_beyond_int8_is_refused_not_wrapped(tmp_path):
+    graph = next(iter(graphs_of(sample_frames()[:1])))
+    graph["unit_shifts"] = np.full_like(graph["unit_shifts"], 200, dtype=np.int32)
+    with pytest.raises(ValueError, match="200"):
+        write_shard(tmp_path / "shard_0000.h5", [graph], cutoff=CUTOFF)
+    assert list(tmp_path.iterdir()) == []

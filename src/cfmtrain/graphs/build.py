@@ -37,7 +37,7 @@ def atoms_to_graph(atoms: Atoms, cutoff: float, keys: dict[str, str] = KEYS) -> 
         "pbc": atoms.pbc, "edge_index": graph.edge_index, "unit_shifts": graph.unit_shifts,
         "energy": float(atoms.info[keys["energy"]]), "forces": atoms.arrays[keys["forces"]],
         "stress": stress, "subset": str(atoms.info.get("config_type", "default")),
-        "min_length": float(graph.lengths.min(initial=np.inf)),
+        "min_length": graph.min_length,
     }
 
 
@@ -48,7 +48,7 @@ def build_graphs(frames: Iterable[Atoms], source: str, cutoff: float, skip_inval
 
     for index, atoms in enumerate(frames):
         try:
-            # the overlap check reuses the radius graph's edge lengths instead of a second search
+            # the overlap check reuses the radius graph's shortest edge instead of a second search
             validate_atoms(atoms, source, index, keys=keys, check_overlap=False)
             graph = atoms_to_graph(atoms, cutoff, keys)
             if graph.pop("min_length") < MIN_DISTANCE:

@@ -14,11 +14,11 @@ import vesin
 
 @dataclass(frozen=True)
 class RadiusGraph:
-    """Edges of one structure: sender/receiver indices, integer cell shifts and edge lengths."""
+    """Edges of one structure: sender/receiver indices, integer cell shifts, shortest edge."""
 
-    edge_index: np.ndarray  # (2, E) int64: row 0 sender, row 1 receiver
-    unit_shifts: np.ndarray  # (E, 3) int32
-    lengths: np.ndarray  # (E,) float64
+    edge_index: np.ndarray  # (2, E) int32: row 0 sender, row 1 receiver
+    unit_shifts: np.ndarray  # (E, 3) int8 (|shift| <= 127: cells down to cutoff / 127)
+    min_length: float  # shortest edge (inf without edges): the overlap check needs only this
 
 
 _LISTS: dict[float, vesin.NeighborList] = {}
@@ -33,13 +33,18 @@ def radius_graph(
     pbc = np.asarray(pbc, dtype=bool).reshape(3)
     cell = np.asarray(cell, dtype=np.float64).reshape(3, 3)
     if len(positions) == 0:
-        return RadiusGraph(np.zeros((2, 0), np.int64), np.zeros((0, 3), np.int32), np.zeros(0))
+        return RadiusGraph(np.zeros((2, 0), np.int32), np.zeros((0, 3), np.int8), np.inf)
     if not pbc.any():
         cell = np.zeros((3, 3))  # vesin wants no box at all for open systems
     nl = _LISTS.get(cutoff)
     if nl is None:
         nl = _LISTS[cutoff] = vesin.NeighborList(cutoff=cutoff, full_list=True, sorted=True,
                                                 n_threads=1)  # shards run in parallel instead
-    # copy=False returns views into vesin's buffers: each is copied once below, as we need it
+    # copy=False returns views into vesin's buffers: each is copied once below, into the narrow
+    # types the HDF5 shard stores (fewer bytes to copy and write), or only reduced
     pairs, shifts, d = nl.compute(positions, cell, pbc, "PSd", copy=False)
-    return RadiusGraph(pairs.T.astype(np.int64), shifts.astype(np.int32), d.copy())
+    if len(d) and max(-int(shifts.min()), int(shifts.max())) > np.iinfo(np.int8).max:
+        raise ValueError(f"periodic image shift beyond +-127 cells (cell vectors far shorter "
+                         f"than the cutoff {cutoff} A): cell = {cell.tolist()}")
+    return RadiusGraph(pairs.T.astype(np.int32), shifts.astype(np.int8),
+                       float(d.min(initial=np.inf)))

@@ -19,7 +19,7 @@ from cfmtrain.atomic import atomic_path
 
 FORMAT_VERSION = 1
 ATOM_FIELDS = {"positions": np.float64, "numbers": np.uint8, "forces": np.float64}
-EDGE_FIELDS = {"unit_shifts": np.int32}
+EDGE_FIELDS = {"unit_shifts": np.int8}  # read back as int32
 # name -> (dtype, shape of one graph's entry)
 GRAPH_FIELDS = {"cell": (np.float64, (3, 3)), "pbc": (np.bool_, (3,)), "energy": (np.float64, ()),
                 "stress": (np.float64, (3, 3)), "has_stress": (np.bool_, ()),
@@ -36,7 +36,7 @@ def write_shard(path: str | Path, graphs: Iterable[dict], *, cutoff: float,
     for g in graphs:
         for k in ATOM_FIELDS:
             columns[k].append(g[k])
-        columns["unit_shifts"].append(g["unit_shifts"])
+        columns["unit_shifts"].append(_int8_shifts(g["unit_shifts"]))
         senders.append(g["edge_index"][0])
         receivers.append(g["edge_index"][1])
         stress = g.get("stress")
@@ -53,22 +53,26 @@ def write_shard(path: str | Path, graphs: Iterable[dict], *, cutoff: float,
         _write_table(f, num_atoms, num_edges, subset_ids)
         for k, dtype in ATOM_FIELDS.items():
             _write_concat(f, k, columns[k], dtype, (0, 3) if k != "numbers" else (0,))
-        _write_concat(f, "unit_shifts", columns["unit_shifts"], np.int32, (0, 3))
+        _write_concat(f, "unit_shifts", columns["unit_shifts"], np.int8, (0, 3))
         edges = np.empty((2, sum(num_edges)), np.int32)
         for row, parts in enumerate((senders, receivers)):
             if parts:
                 np.concatenate(parts, out=edges[row], casting="unsafe")
-        f.create_dataset("edge_index", data=edges, chunks=_chunks(edges.shape, 1))
+        f.create_dataset("edge_index", data=edges)
         for k, (dtype, shape) in GRAPH_FIELDS.items():
             data = np.asarray(columns[k], dtype=dtype).reshape((len(num_atoms), *shape))
             f.create_dataset(k, data=data)
     return len(num_atoms)
 
 
-def _chunks(shape: tuple, axis: int) -> tuple | None:
-    if shape[axis] == 0:
-        return None
-    return tuple(min(s, 65536) if a == axis else s for a, s in enumerate(shape))
+def _int8_shifts(shifts: np.ndarray) -> np.ndarray:
+    """Cell shifts in the stored int8, refusing (never wrapping) a shift beyond +-127."""
+    shifts = np.asarray(shifts)
+    if shifts.dtype == np.int8:
+        return shifts
+    if shifts.size and np.abs(shifts).max() > np.iinfo(np.int8).max:
+        raise ValueError(f"unit shift {int(np.abs(shifts).max())} beyond the stored range +-127")
+    return shifts.astype(np.int8)
 
 
 def _write_table(f: h5py.File, num_atoms: list, num_edges: list, subset_ids: list) -> None:
@@ -82,7 +86,7 @@ def _write_table(f: h5py.File, num_atoms: list, num_edges: list, subset_ids: lis
 def _write_concat(f: h5py.File, name: str, parts: list, dtype, empty_shape: tuple) -> None:
     data = (np.concatenate(parts, dtype=dtype, casting="unsafe") if parts
             else np.zeros(empty_shape, dtype))
-    f.create_dataset(name, data=data, chunks=_chunks(data.shape, 0))
+    f.create_dataset(name, data=data)
 
 
 def shard_files(path: str | os.PathLike) -> list[Path]:
@@ -159,7 +163,7 @@ class GraphStore:
         graph = {k: f[k][a0:a1] for k in ATOM_FIELDS}
         graph["numbers"] = graph["numbers"].astype(np.int64)
         graph["edge_index"] = f["edge_index"][:, e0:e1].astype(np.int64)
-        graph["unit_shifts"] = f["unit_shifts"][e0:e1]
+        graph["unit_shifts"] = f["unit_shifts"][e0:e1].astype(np.int32)
         for k in ("cell", "pbc", "energy"):
             graph[k] = f[k][local]
         graph["energy"] = float(graph["energy"])
