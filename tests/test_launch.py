@@ -1,6 +1,7 @@
 """`cfmtrain launch`: the command it execs in each setting (torchrun, srun in an allocation, a
 task of a step, one process), and a real local run with 2 gloo ranks, SIGTERM forwarding and exit
-codes. The srun path is checked here as the command it builds (a real-Slurm test is pending)."""
+codes. The srun path is checked here as the command it builds; tests/test_slurm.py runs it on a
+real Slurm."""
 
 import json
 import os

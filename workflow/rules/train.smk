@@ -23,15 +23,24 @@ rule train_cell:
         graphs=train_graphs,
         settings=train_settings,
         folder=lambda wildcards, output: os.path.dirname(output[0]),
-    threads: workflow.cores
+    # ranks x threads per rank (config train.settings.threads; 0 or unset: the cores / ranks),
+    # capped by --cores locally and by the profile's max-threads under Slurm
+    threads: lambda wildcards: int(wildcards.ranks)
+        * (TRAIN["settings"].get("threads") or max(1, workflow.cores // int(wildcards.ranks)))
     resources:
         timing_slot=1,
-        tasks=lambda wildcards: int(wildcards.ranks),
-        mpi="srun",
+        tasks=lambda wildcards: int(wildcards.ranks),  # one Slurm task per rank (sbatch --ntasks)
+        # threads per rank: sbatch and srun --cpus-per-task, torch threads of each rank
+        cpus_per_task=lambda wildcards, threads: max(1, threads // int(wildcards.ranks)),
+        # "srun": the batch script runs the command itself (launch calls srun), not inside the
+        # executor's `srun -n1`; "" for one rank (the executor refuses mpi with one task)
+        mpi=lambda wildcards: "srun" if int(wildcards.ranks) > 1 else "",
+        srun_args="",  # extra srun options, e.g. GPU binding (profiles/slurm-gpu sets them)
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain launch --ranks {wildcards.ranks} -- train --graphs {params.graphs}"
+        "python -m cfmtrain launch --ranks {wildcards.ranks} --threads {resources.cpus_per_task}"
+        " --srun-args={resources.srun_args:q} -- train --graphs {params.graphs}"
         " --split {input.split} --output {params.folder} --variant {wildcards.variant}"
         " --dataset {wildcards.trainset} {params.settings} --resume auto > {log} 2>&1"
 

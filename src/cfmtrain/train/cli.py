@@ -7,7 +7,9 @@ srun under Slurm); a plain `cfmtrain train` is one rank.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from pathlib import Path
 
 from cfmtrain.train.config import VARIANTS, ConfigError, load_config, to_dict
@@ -102,6 +104,24 @@ def run(args: argparse.Namespace) -> int:
         run_state = build_run(cfg, graphs, args.split, args.output, env, device,
                               stats=state["stats"] if state else None)
         run_state.dataset = args.dataset or args.graphs[0].resolve().name
-        return train(run_state, state)
-    finally:
+        code = train(run_state, state)
+    except BaseException:
+        if env.world_size > 1:
+            traceback.print_exc()
+            _hard_exit(1)
         distenv.destroy()
+        raise
+    if env.world_size > 1:
+        torch.distributed.barrier()  # every rank's outputs are complete
+        _hard_exit(code)
+    distenv.destroy()
+    return code
+
+
+def _hard_exit(code: int) -> None:
+    """Exit without interpreter teardown: destroying DDP's reducer after the process group can
+    deadlock (gloo's worker thread waits for the GIL that the joining main thread holds), which
+    was seen here at the end of a finished 2-rank run. Every output is written by now."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -250,9 +250,9 @@ def _check(output: Path, hold_s: float, timeout_s: float) -> int:
     output.mkdir(parents=True, exist_ok=True)
     (output / f"rank{env.rank}.json").write_text(json.dumps(record, indent=1))
     if hold_s > 0:  # wait for SIGTERM, which the launcher must forward to every rank
-        def on_term(signum, frame):
+        def on_term(signum, frame):  # exit at once: no interpreter teardown with gloo alive
             (output / f"rank{env.rank}.sigterm").write_text(str(signum))
-            sys.exit(128 + signum)
+            os._exit(128 + signum)
         signal.signal(signal.SIGTERM, on_term)
         time.sleep(hold_s)
     dist.barrier()
