@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
                                     "measure_straggler=false"])
     threads = args.threads or available_cpus()
     cfg.threads = threads
-    work = args.work_dir or args.output.with_suffix("")
+    work = (args.work_dir or args.output.with_suffix("")).resolve()  # mace runs with cwd=work
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     store = GraphStore(args.graphs if len(args.graphs) > 1 else args.graphs[0])
