@@ -1,5 +1,5 @@
-"""Algorithm 1: invariants on random and adversarial inputs, compiled == pure-Python reference,
-determinism across processes, oversize handling, size measures."""
+"""Algorithm 1 and our refinements: invariants on random and adversarial inputs, compiled ==
+pure-Python reference, determinism across processes, oversize handling, size measures."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ from cfmtrain.balance import (
     step_balance,
 )
 from cfmtrain.balance.mixture import mixture_sizes, subset_counts
-from cfmtrain.balance.pack import descending_order
+from cfmtrain.balance.pack import descending_order, rebalance
+from cfmtrain.balance.plan import Plan
+from cfmtrain.balance.refine import rebalance_reference, refine_reference
 
 SETTINGS = settings(max_examples=300, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -53,9 +55,9 @@ def float_problems(draw):
     return np.asarray(sizes, np.float64), capacity, num_ranks
 
 
-def compiled_bins(sizes, capacity, num_ranks, order):
+def compiled_bins(sizes, capacity, num_ranks, order, refine=False):
     fn = _balance.algorithm1_i64 if sizes.dtype == np.int64 else _balance.algorithm1_f64
-    flat, offsets = fn(sizes, order, capacity, num_ranks)
+    flat, offsets = fn(sizes, order, capacity, num_ranks, refine)
     return [flat[offsets[k]:offsets[k + 1]].tolist() for k in range(len(offsets) - 1)]
 
 
@@ -67,7 +69,8 @@ def check_invariants(bins, sizes, capacity, num_ranks):
     assert np.all(loads <= capacity)
     if any(len(b) == 0 for b in bins):  # empty only when every bin holds a single graph
         assert all(len(b) <= 1 for b in bins) and len(sizes) < len(bins)
-    assert np.all(np.diff(loads[[len(b) > 0 for b in bins]]) <= 0)  # steps ordered by load
+    steps = loads.reshape(-1, num_ranks)
+    assert np.all(np.diff(steps, axis=1) <= 0)  # the bins of a step heaviest first
 
 
 @SETTINGS
@@ -99,15 +102,108 @@ def test_compiled_equals_reference_float(problem):
 
 
 @SETTINGS
+@given(int_problems(), st.integers(0, 2**32 - 1))
+def test_refined_compiled_equals_reference_int(problem, seed):
+    sizes, capacity, num_ranks = problem
+    order = descending_order(sizes, rng=np.random.default_rng(seed))
+    assert compiled_bins(sizes, capacity, num_ranks, order, refine=True) == refine_reference(
+        sizes.tolist(), capacity, num_ranks, order=order.tolist())
+
+
+@SETTINGS
+@given(float_problems())
+def test_refined_compiled_equals_reference_float(problem):
+    sizes, capacity, num_ranks = problem
+    order = np.argsort(-sizes, kind="stable")
+    assert compiled_bins(sizes, capacity, num_ranks, order, refine=True) == refine_reference(
+        sizes.tolist(), capacity, num_ranks)
+
+
+@SETTINGS
+@given(int_problems())
+def test_refinement_acts_only_above_the_goal_and_never_adds_steps(problem):
+    sizes, capacity, num_ranks = problem
+    order = np.argsort(-sizes, kind="stable")
+    plain = compiled_bins(sizes, capacity, num_ranks, order)
+    refined = compiled_bins(sizes, capacity, num_ranks, order, refine=True)
+    steps = [-(-len(bins) // num_ranks) for bins in (plain, refined)]
+    bound = max(num_ranks, lower_bound_bins(sizes, capacity, num_ranks))
+    if steps[0] * num_ranks <= bound + num_ranks:
+        assert refined == plain
+    else:
+        assert steps[1] <= steps[0]
+    check_invariants(pack_bins(sizes, capacity, num_ranks), sizes, capacity, num_ranks)
+
+
+@pytest.mark.parametrize("sizes, capacity, plain_bins, refined_bins", [
+    ([26, 16, 6, 14, 11, 16, 4, 24, 16], 27, 7, 6),
+    ([19, 17, 15, 11, 24, 13, 19, 23, 1, 2, 24], 24, 9, 8),
+])
+def test_refinement_saves_bins_on_small_cases(sizes, capacity, plain_bins, refined_bins):
+    """Algorithm 1 ends two bins above the lower bound here (R = 1); the refinement one."""
+    sizes = np.asarray(sizes, np.int64)
+    assert len(pack_bins(sizes, capacity, 1, refine=False)) == plain_bins
+    refined = pack_bins(sizes, capacity, 1)
+    assert len(refined) == refined_bins == lower_bound_bins(sizes, capacity, 1) + 1
+    check_invariants(refined, sizes, capacity, 1)
+
+
+@SETTINGS
 @given(st.one_of(int_problems(), float_problems()))
-def test_fused_pack_equals_algorithm1_then_finalize(problem):
+def test_rebalance_compiled_equals_reference(problem):
+    sizes, capacity, num_ranks = problem
+    plan = pack_plan(sizes, capacity, num_ranks, refine=False)
+    got = rebalance(plan, sizes, capacity)
+    want = rebalance_reference(sizes.tolist(), plan.bins(), num_ranks, capacity)
+    assert [b.tolist() for b in got.bins()] == want
+    check_invariants(got.bins(), sizes, capacity, num_ranks)
+
+
+def test_rebalance_deals_uneven_steps_by_lpt():
+    sizes = np.array([5, 4, 3, 3, 1, 1, 2, 2], np.int64)
+    plan = Plan.from_bins([np.array([0, 1]), np.array([6]), np.array([2, 3]), np.array([7])], 2)
+    got = rebalance(plan, sizes, 10)  # steps (9, 2) and (6, 2): balance 0.61 and 0.67
+    # LPT: 5, 4, then 2 onto the 4 -> (6, 5); 3, 3, then 2 onto the first -> (5, 3)
+    assert [b.tolist() for b in got.bins()] == [[1, 6], [0], [2, 7], [3]]
+    # capacity 5: step 0 cannot be dealt within it (4 + 2), it stays; step 1 can
+    assert [b.tolist() for b in rebalance(plan, sizes, 5).bins()] == [[0, 1], [6], [2, 7], [3]]
+    even = Plan.from_bins([np.array([0]), np.array([1, 4])], 2)  # 5 vs 5: left alone
+    assert rebalance(even, sizes, 10).flat.tolist() == [0, 1, 4]
+
+
+def test_refinements_reach_the_balance_goal_with_few_graphs_per_rank():
+    """10k mixture graphs on 64 ranks: Algorithm 1's step balance is 0.977; refined >= 0.999."""
+    sizes, _ = mixture_sizes(10_000, seed=0)
+    plain, refined = (pack_plan(sizes, 3072, 64, refine=r) for r in (False, True))
+    assert step_balance(plain.loads(sizes), 64) < 0.98
+    assert step_balance(refined.loads(sizes), 64) >= 0.999
+    assert len(refined) == len(plain) and refined.loads(sizes).max() <= 3072
+    check_invariants(refined.bins(), sizes, 3072, 64)
+
+
+def test_refinement_reaches_the_goal_on_the_mixture():
+    """300k mixture graphs on one rank: Algorithm 1 is 2 bins above the lower bound, refined 1."""
+    sizes, _ = mixture_sizes(300_000, seed=1)
+    bound = lower_bound_bins(sizes, 3072, 1)
+    assert len(pack_plan(sizes, 3072, 1, refine=False)) == bound + 2
+    refined = pack_plan(sizes, 3072, 1)
+    assert len(refined) == bound + 1 and refined.loads(sizes).max() <= 3072
+    assert np.array_equal(np.sort(refined.flat), np.arange(len(sizes)))
+
+
+@SETTINGS
+@given(st.one_of(int_problems(), float_problems()), st.booleans())
+def test_fused_pack_equals_algorithm1_then_finalize(problem, refine):
     """`pack_*` places graphs straight into step order; it must equal finalize(algorithm1)."""
     sizes, capacity, num_ranks = problem
     suffix = "_i64" if sizes.dtype == np.int64 else "_f64"
     order = np.argsort(-sizes, kind="stable")
-    fused = getattr(_balance, "pack" + suffix)(sizes, order, capacity, num_ranks)
-    flat, offsets = getattr(_balance, "algorithm1" + suffix)(sizes, order, capacity, num_ranks)
+    fused = getattr(_balance, "pack" + suffix)(sizes, order, capacity, num_ranks, refine)
+    flat, offsets = getattr(_balance, "algorithm1" + suffix)(sizes, order, capacity, num_ranks,
+                                                               refine)
     two_step = getattr(_balance, "finalize" + suffix)(sizes, flat, offsets, num_ranks)
+    if refine:
+        two_step = getattr(_balance, "rebalance" + suffix)(sizes, *two_step, capacity, num_ranks)
     assert all(np.array_equal(x, y) for x, y in zip(fused, two_step, strict=True))
 
 
@@ -151,7 +247,8 @@ def test_forced_empty_bins_exactly_when_needed():
 
 
 def test_oversize_error_names_graph_and_size():
-    with pytest.raises(ValueError, match=r"graph 2 has size 900, above the bin capacity 768"):
+    with pytest.raises(ValueError, match=r"graph 2 has size 900, above the bin capacity 768 .*"
+                                         r"pass oversize='own_bin'"):
         pack_bins([10, 20, 900, 5, 1000], 768, 2)
     bins = pack_bins([10, 20, 900, 5, 1000], 768, 2, oversize="own_bin")
     assert sorted(map(len, bins)) == [1, 1, 1, 2]

@@ -1,130 +1,23 @@
-// cfmtrain._balance: the paper's Algorithm 1 (section 3.2, SPEC pseudocode) over numpy arrays, no
-// per-graph Python objects; templated on int64 and float64 sizes. The peers are in peers.cpp.
-//
-// Algorithm 1 is computed exactly as the pseudocode (the Python reference in
-// cfmtrain/balance/algorithm1.py gives identical bins) but without re-sorting the active bins
-// every iteration. Two facts make that possible when sizes are visited in non-increasing order:
-//  (a) after a walk the active list is still sorted by remaining capacity (a fuller bin received
-//      a larger or equal graph), so the next stable sort is the identity unless full bins returned;
-//  (b) in a walk over a cap-sorted list the bins marked full form a prefix (cap < current size) and
-//      every later bin receives one graph.
-// So an iteration costs O(marked + assigned), and the full bins live in buckets keyed by capacity
-// (ties keep the order of the full list). A return merges active bins with the buckets of capacity
-// >= the current size; buckets below it stay full, the active bins marked in that walk go in front
-// of them (the stable sort puts active before full). Total O((n + B) log B) per round.
+// cfmtrain._balance: bindings of Algorithm 1 (algorithm1.h), our refinement of its leftovers
+// (refine.h), the step formation and the descending order; the peers are in peers.cpp.
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
-#include <map>
 #include <numeric>
-#include <sstream>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "algorithm1.h"
 #include "common.h"
+#include "rebalance.h"
+#include "refine.h"
 
 namespace cfm_balance {
 namespace {
-
-// One round of Algorithm 1 over the graphs of sizes ss[0:n] (non-increasing, contiguous).
-template <typename T>
-class Round {
- public:
-  Round(const T* ss, i64 n, T capacity, i64 bins, std::vector<i64>& bin_of)
-      : ss_(ss), n_(n), cap_(bins, capacity), active_(bins), next_link_(bins, -1),
-        bin_of_(bin_of) {
-    std::iota(active_.begin(), active_.end(), 0);
-    next_active_.reserve(bins);
-  }
-
-  // Assigns a prefix of the graphs, returns its length; bin_of[q] is the bin of graph q.
-  i64 run() {
-    while (p_ < n_ && !active_.empty()) {
-      const T s = ss_[p_];
-      size_t i = 0;  // (b): the marked prefix of the (sorted) active list
-      while (i < active_.size() && cap_[active_[i]] < s) ++i;
-      mark_full(i);
-      next_active_.clear();
-      if (returned_) {
-        walk_merged(i, s);
-      } else {
-        for (size_t a = i; p_ < n_ && a < active_.size(); ++a) give(active_[a]);
-      }
-      active_.swap(next_active_);
-      // Return when an active bin is fuller than the least-filled full bin.
-      returned_ = p_ < n_ && !full_.empty() && !active_.empty() &&
-                  cap_[active_.front()] < full_.rbegin()->first;
-    }
-    return p_;
-  }
-
- private:
-  // The first `count` active bins join the full list: at its end after an ordinary walk; after
-  // a return before the full bins of equal capacity (the stable sort put active bins first).
-  void mark_full(size_t count) {
-    for (size_t k = 0; k < count; ++k) {
-      const i64 b = active_[returned_ ? count - 1 - k : k];
-      auto it = full_.find(cap_[b]);
-      next_link_[b] = -1;
-      if (it == full_.end()) {
-        full_.emplace(cap_[b], std::make_pair(b, b));
-      } else if (returned_) {
-        next_link_[b] = it->second.first;
-        it->second.first = b;
-      } else {
-        next_link_[it->second.second] = b;
-        it->second.second = b;
-      }
-    }
-  }
-
-  // After a return: the rest of the active list merged with the full buckets of capacity >= s
-  // (by capacity, active bins first), each given the next graph.
-  void walk_merged(size_t a, T s) {
-    auto it = full_.lower_bound(s);
-    const auto first_taken = it;
-    i64 f = it == full_.end() ? -1 : it->second.first;
-    while (p_ < n_ && (a < active_.size() || f >= 0)) {
-      if (f < 0 || (a < active_.size() && cap_[active_[a]] <= it->first)) {
-        give(active_[a++]);
-      } else {
-        const i64 b = f;
-        f = next_link_[b];
-        give(b);
-        if (f < 0 && ++it != full_.end()) f = it->second.first;
-      }
-    }
-    full_.erase(first_taken, full_.end());  // all taken, or the round is over
-  }
-
-  void give(i64 b) {
-    bin_of_[p_] = b;
-    cap_[b] -= ss_[p_];
-    ++p_;
-    next_active_.push_back(b);
-  }
-
-  const T* ss_;
-  const i64 n_;
-  std::vector<T> cap_;
-  std::vector<i64> active_, next_active_, next_link_;
-  std::map<T, std::pair<i64, i64>> full_;  // capacity -> (head, tail) of a list via next_link_
-  std::vector<i64>& bin_of_;
-  bool returned_ = false;
-  i64 p_ = 0;
-};
-
-// Algorithm 1's result: for each graph in visiting order, its bin among the emitted bins (the
-// non-empty bins of each round, in round and bin order), and each emitted bin's count and load.
-template <typename T>
-struct Assignment {
-  std::vector<i64> bin_of, count;
-  std::vector<T> load;
-};
 
 // Bins in CSR form with the load of each bin.
 template <typename T>
@@ -132,59 +25,6 @@ struct LoadedBins {
   std::vector<i64> flat, offsets{0};
   std::vector<T> load;
 };
-
-// Sizes in visiting order, contiguous (the gather is paid once), with the inputs checked.
-template <typename T>
-std::vector<T> visiting_sizes(const T* size, i64 num_sizes, const i64* ord, i64 n, T capacity) {
-  std::vector<T> ss(n);
-  for (i64 q = 0; q < n; ++q) {
-    if (ord[q] < 0 || ord[q] >= num_sizes)
-      throw std::invalid_argument("order holds an index outside sizes");
-    const T s = ss[q] = size[ord[q]];
-    if (!(s >= 0) || s > capacity) {
-      std::ostringstream msg;
-      msg << "graph " << ord[q] << " has size " << s << ", outside [0, capacity " << capacity
-          << "]";
-      throw std::invalid_argument(msg.str());
-    }
-    if (q > 0 && s > ss[q - 1])
-      throw std::invalid_argument("sizes must be non-increasing along order");
-  }
-  return ss;
-}
-
-// The whole of Algorithm 1: rounds over the leftovers. Call without the GIL.
-template <typename T>
-Assignment<T> run_algorithm1(const T* size, i64 num_sizes, const i64* ord, i64 n, T capacity,
-                             i64 num_ranks) {
-  const std::vector<T> ss = visiting_sizes(size, num_sizes, ord, n, capacity);
-  Assignment<T> out;
-  out.bin_of.resize(n);
-  std::vector<i64> local(n), emitted;
-  std::vector<T> load;
-  for (i64 done = 0; done < n;) {
-    T total = 0;
-    for (i64 q = done; q < n; ++q) total += ss[q];
-    const i64 multiple = (ceil_div_total(total, capacity) + num_ranks - 1) / num_ranks;
-    const i64 bins = std::max(num_ranks, multiple * num_ranks);
-    const i64 p = Round<T>(ss.data() + done, n - done, capacity, bins, local).run();
-    emitted.assign(bins, 0);
-    load.assign(bins, 0);
-    for (i64 q = 0; q < p; ++q) {
-      ++emitted[local[q]];
-      load[local[q]] += ss[done + q];
-    }
-    for (i64 b = 0; b < bins; ++b) {  // number the non-empty bins
-      if (emitted[b] == 0) continue;
-      out.count.push_back(emitted[b]);
-      out.load.push_back(load[b]);
-      emitted[b] = static_cast<i64>(out.count.size()) - 1;
-    }
-    for (i64 q = 0; q < p; ++q) out.bin_of[done + q] = emitted[local[q]];
-    done += p;
-  }
-  return out;
-}
 
 // Graphs scattered into the bins in `bin_order` (each bin's graphs in visiting order).
 template <typename T>
@@ -262,20 +102,27 @@ py::tuple finalize_bins(LoadedBins<T>&& in, const T* size, i64 num_ranks) {
   return py::make_tuple(flat, offsets);
 }
 
+// Algorithm 1 over sizes[order] (non-increasing), with our refinement of the leftovers if asked.
 template <typename T>
-Assignment<T> run_checked(const Arr<T>& sizes, const Arr<i64>& order, T capacity, i64 num_ranks) {
+Assignment<T> run_checked(const Arr<T>& sizes, const Arr<i64>& order, T capacity, i64 num_ranks,
+                          bool refine) {
   const T* size = data_1d(sizes, "sizes");
   const i64* ord = data_1d(order, "order");
   if (!(capacity > 0)) throw std::invalid_argument("capacity must be positive");
   if (num_ranks < 1) throw std::invalid_argument("num_ranks must be at least 1");
+  const i64 n = order.shape(0);
   py::gil_scoped_release nogil;
-  return run_algorithm1(size, sizes.shape(0), ord, order.shape(0), capacity, num_ranks);
+  const std::vector<T> ss = visiting_sizes(size, sizes.shape(0), ord, n, capacity);
+  Assignment<T> as = algorithm1_rounds(ss.data(), n, capacity, num_ranks);
+  if (!refine) return as;
+  return refine_leftovers(ss.data(), n, capacity, num_ranks, std::move(as));
 }
 
-// Algorithm 1 as the pseudocode emits it: (flat, offsets) of the non-empty bins.
+// Algorithm 1 as the pseudocode emits it: (flat, offsets) of the non-empty bins (refined: ours).
 template <typename T>
-py::tuple algorithm1(const Arr<T>& sizes, const Arr<i64>& order, T capacity, i64 num_ranks) {
-  LoadedBins<T> bins = to_loaded_bins(run_checked(sizes, order, capacity, num_ranks),
+py::tuple algorithm1(const Arr<T>& sizes, const Arr<i64>& order, T capacity, i64 num_ranks,
+                     bool refine) {
+  LoadedBins<T> bins = to_loaded_bins(run_checked(sizes, order, capacity, num_ranks, refine),
                                       order.data());
   Csr out;
   out.flat = std::move(bins.flat);
@@ -283,13 +130,31 @@ py::tuple algorithm1(const Arr<T>& sizes, const Arr<i64>& order, T capacity, i64
   return to_numpy(std::move(out));
 }
 
+// Our step rebalancing (rebalance.h) of a plan (flat, offsets), in place.
+template <typename T>
+py::tuple rebalanced(py::tuple plan, const T* size, i64 num_ranks, T capacity) {
+  auto flat = plan[0].cast<py::array_t<i64>>();
+  auto offsets = plan[1].cast<py::array_t<i64>>();
+  i64* f = flat.mutable_data();
+  i64* o = offsets.mutable_data();
+  const i64 bins = offsets.shape(0) - 1;
+  py::gil_scoped_release nogil;
+  rebalance_steps(size, f, o, bins, num_ranks, capacity);
+  return plan;
+}
+
 // Algorithm 1 made into steps, as finalize_bins does; when the bins are already a multiple of
 // num_ranks (the usual case) the graphs go straight to their place in the heaviest-first order.
+// refine: our two refinements, of the leftovers (refine.h) and of uneven steps (rebalance.h).
 template <typename T>
-py::tuple pack(const Arr<T>& sizes, const Arr<i64>& order, T capacity, i64 num_ranks) {
-  Assignment<T> as = run_checked(sizes, order, capacity, num_ranks);
-  if (as.count.size() % num_ranks != 0)
-    return finalize_bins(to_loaded_bins(std::move(as), order.data()), sizes.data(), num_ranks);
+py::tuple pack(const Arr<T>& sizes, const Arr<i64>& order, T capacity, i64 num_ranks,
+               bool refine) {
+  Assignment<T> as = run_checked(sizes, order, capacity, num_ranks, refine);
+  if (as.count.size() % num_ranks != 0) {
+    py::tuple out = finalize_bins(to_loaded_bins(std::move(as), order.data()), sizes.data(),
+                                  num_ranks);
+    return refine ? rebalanced(out, sizes.data(), num_ranks, capacity) : out;
+  }
   std::vector<i64> bin_order(as.count.size());
   std::iota(bin_order.begin(), bin_order.end(), 0);
   std::stable_sort(bin_order.begin(), bin_order.end(),
@@ -301,8 +166,34 @@ py::tuple pack(const Arr<T>& sizes, const Arr<i64>& order, T capacity, i64 num_r
   {
     py::gil_scoped_release nogil;
     scatter(as, order.data(), bin_order, f, o);
+    if (refine) {
+      std::vector<T> load(bin_order.size());
+      for (size_t k = 0; k < bin_order.size(); ++k) load[k] = as.load[bin_order[k]];
+      rebalance_steps(sizes.data(), f, o, static_cast<i64>(bin_order.size()), num_ranks,
+                      capacity, load.data());
+    }
   }
   return py::make_tuple(flat, offsets);
+}
+
+// Our step rebalancing of any plan (flat, offsets): a new (flat, offsets).
+template <typename T>
+py::tuple rebalance(const Arr<T>& sizes, const Arr<i64>& flat, const Arr<i64>& offsets,
+                    T capacity, i64 num_ranks) {
+  const T* size = data_1d(sizes, "sizes");
+  const i64 bins = offsets.shape(0) - 1;
+  if (num_ranks < 1 || bins < 0 || bins % num_ranks != 0)
+    throw std::invalid_argument("offsets must hold a multiple of num_ranks bins");
+  check_indices(data_1d(flat, "flat"), flat.shape(0), sizes.shape(0), "flat");
+  const i64* off = data_1d(offsets, "offsets");
+  for (i64 b = 0; b < bins; ++b)
+    if (off[b + 1] < off[b]) throw std::invalid_argument("offsets must not decrease");
+  if (off[0] != 0 || off[bins] != flat.shape(0))
+    throw std::invalid_argument("offsets must run from 0 to len(flat)");
+  py::array_t<i64> f(flat.shape(0)), o(offsets.shape(0));
+  std::copy(flat.data(), flat.data() + flat.shape(0), f.mutable_data());
+  std::copy(off, off + bins + 1, o.mutable_data());
+  return rebalanced(py::make_tuple(f, o), size, num_ranks, capacity);
 }
 
 // finalize_bins of any bins given as (flat, offsets).
@@ -377,11 +268,16 @@ py::array_t<i64> order_descending(const Arr<T>& sizes, const Arr<i64>& candidate
 template <typename T>
 void define_all(py::module_& m, const std::string& suffix) {
   m.def(("algorithm1" + suffix).c_str(), &algorithm1<T>, py::arg("sizes"), py::arg("order"),
-        py::arg("capacity"), py::arg("num_ranks"),
-        "Algorithm 1 over sizes[order] (non-increasing): (flat, offsets) of the non-empty bins.");
+        py::arg("capacity"), py::arg("num_ranks"), py::arg("refine") = false,
+        "Algorithm 1 over sizes[order] (non-increasing): (flat, offsets) of the non-empty bins; "
+        "refine=True adds our refinement of the leftovers (refine.h).");
   m.def(("pack" + suffix).c_str(), &pack<T>, py::arg("sizes"), py::arg("order"),
-        py::arg("capacity"), py::arg("num_ranks"),
-        "Algorithm 1, bins made a multiple of num_ranks and ordered by load: (flat, offsets).");
+        py::arg("capacity"), py::arg("num_ranks"), py::arg("refine") = false,
+        "Algorithm 1 (refine: + our refinement), bins made a multiple of num_ranks and ordered by "
+        "load: (flat, offsets).");
+  m.def(("rebalance" + suffix).c_str(), &rebalance<T>, py::arg("sizes"), py::arg("flat"),
+        py::arg("offsets"), py::arg("capacity"), py::arg("num_ranks"),
+        "Our step rebalancing: steps below 0.999 balance dealt again by LPT within capacity.");
   m.def(("finalize" + suffix).c_str(), &finalize<T>, py::arg("sizes"), py::arg("flat"),
         py::arg("offsets"), py::arg("num_ranks"),
         "Bins made a multiple of num_ranks and ordered by load: (flat, offsets).");

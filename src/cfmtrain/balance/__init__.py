@@ -1,6 +1,7 @@
 """Balanced mini-batches: the paper's Algorithm 1 (compiled), its peers, a DDP batch sampler.
 
-`pack_bins(sizes, capacity, num_ranks)` gives bins whose consecutive groups of R are steps.
+`pack_bins(sizes, capacity, num_ranks)` gives bins whose consecutive groups of R are steps; it
+adds our refinements (not the paper's) where Algorithm 1 misses a goal; `refine=False` omits them.
 """
 
 from cfmtrain.balance.algorithm1 import algorithm1_reference

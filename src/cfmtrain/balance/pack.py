@@ -2,6 +2,10 @@
 
 After the algorithm, bins are made a multiple of R (empty bins only when there are fewer graphs
 than bins) and ordered by load so that the R bins of a step carry near-equal loads.
+`refine=True` (the default) adds our two refinements, not the paper's, each acting only when
+Algorithm 1 misses a goal of issue #3: above the lower bound + R bins, its leftovers are refilled
+into the gaps of its first round (kernels/balance/refine.h); below a step balance of 0.999, the
+uneven steps are dealt again by LPT within the capacity (kernels/balance/rebalance.h).
 """
 
 from __future__ import annotations
@@ -68,8 +72,9 @@ def check_oversize(sizes: np.ndarray, capacity: float, oversize: Oversize) -> np
 
 
 def pack_plan(sizes, capacity: float, num_ranks: int, *, oversize: Oversize = "error",
-              rng: np.random.Generator | None = None) -> Plan:
-    """Algorithm 1 as a Plan; `rng` breaks ties among equal sizes at random (else stable)."""
+              rng: np.random.Generator | None = None, refine: bool = True) -> Plan:
+    """Algorithm 1 as a Plan; `rng` breaks ties among equal sizes at random (else stable);
+    `refine` adds our refinements (see the module docstring; False: Algorithm 1 alone)."""
     sizes = as_sizes(sizes)
     if num_ranks < 1:
         raise ValueError(f"num_ranks must be at least 1, got {num_ranks}")
@@ -80,23 +85,26 @@ def pack_plan(sizes, capacity: float, num_ranks: int, *, oversize: Oversize = "e
     order = descending_order(sizes, candidates, rng)
     if not len(big):
         fn, typed, cap = kernel("pack", sizes, capacity)
-        return Plan(*fn(typed, order, cap, num_ranks), num_ranks)
+        return Plan(*fn(typed, order, cap, num_ranks, refine), num_ranks)
     fn, typed, cap = kernel("algorithm1", sizes, capacity)
-    flat, offsets = fn(typed, order, cap, num_ranks)
+    flat, offsets = fn(typed, order, cap, num_ranks, refine)
     flat = np.concatenate([flat, big])  # each oversize graph alone in a bin of its own
     offsets = np.concatenate([offsets, offsets[-1] + np.arange(1, len(big) + 1)])
-    return finalize(flat, offsets, sizes, num_ranks)
+    plan = finalize(flat, offsets, sizes, num_ranks)
+    return rebalance(plan, sizes, capacity) if refine else plan
 
 
-def pack_bins(sizes, capacity: float, num_ranks: int, *,
-              oversize: Oversize = "error") -> list[np.ndarray]:
+def pack_bins(sizes, capacity: float, num_ranks: int, *, oversize: Oversize = "error",
+              refine: bool = True) -> list[np.ndarray]:
     """The paper's Algorithm 1: bins of graph indices, `bins[s*R:(s+1)*R]` being step s.
 
     Every graph appears exactly once; no bin exceeds `capacity` (except a graph above it, alone,
     with oversize='own_bin'; the default raises a ValueError naming it); the number of bins is a
     multiple of `num_ranks`; a bin is empty only when there are fewer graphs than bins.
+    `refine=False` gives the paper's algorithm alone; the default adds our refinements, which act
+    only when Algorithm 1 ends above the lower bound + R bins or below a step balance of 0.999.
     """
-    return pack_plan(sizes, capacity, num_ranks, oversize=oversize).bins()
+    return pack_plan(sizes, capacity, num_ranks, oversize=oversize, refine=refine).bins()
 
 
 def finalize(flat: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, num_ranks: int) -> Plan:
@@ -108,3 +116,10 @@ def finalize(flat: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, num_ranks
     fn, typed, _ = kernel("finalize", sizes, 1)
     flat, offsets = fn(typed, np.asarray(flat, np.int64), np.asarray(offsets, np.int64), num_ranks)
     return Plan(flat, offsets, num_ranks)
+
+
+def rebalance(plan: Plan, sizes: np.ndarray, capacity: float) -> Plan:
+    """Our step rebalancing: when the plan's step balance is below 0.999, each step below it is
+    dealt again by LPT, kept if within `capacity` and its largest load drops."""
+    fn, typed, cap = kernel("rebalance", sizes, capacity)
+    return Plan(*fn(typed, plan.flat, plan.offsets, cap, plan.num_ranks), plan.num_ranks)

@@ -27,10 +27,11 @@ def _world() -> tuple[int, int]:
 class DistributedBinPackSampler(Sampler[list[int]]):
     """Yields this rank's batches (lists of dataset indices) for one epoch.
 
-    The epoch's plan comes from `strategy` (default: Algorithm 1, randomised from (seed, epoch)
-    when `shuffle`; the paper's deterministic batches when not). When there are fewer graphs than
-    bins, empty bins are filled with copies the DistributedSampler way; a copy has weight 0
-    (`batch_weights`, or `with_weights=True` to yield (index, weight) pairs for
+    The epoch's plan comes from `strategy` (default: Algorithm 1 with our refinements, see
+    `pack_bins`, randomised from (seed, epoch) when `shuffle`; deterministic batches when not;
+    `refine=False` among the options gives the paper's Algorithm 1 alone). When there are fewer
+    graphs than bins, empty bins are filled with copies the DistributedSampler way; a copy has
+    weight 0 (`batch_weights`, or `with_weights=True` to yield (index, weight) pairs for
     `PaddingWeightedDataset`), a warning says so and `padding_copies` counts them. `drop_last`
     drops the steps holding copies instead.
     """

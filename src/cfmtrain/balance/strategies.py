@@ -46,8 +46,10 @@ def quantize_up(sizes: np.ndarray, tolerance: float) -> np.ndarray:
 
 
 def algorithm1(sizes, capacity: float, num_ranks: int, *, seed: int | None = None,
-               epoch: int = 0, oversize: Oversize = "error", tolerance: float = 0.0) -> Plan:
-    """The paper's Algorithm 1; with a seed, randomised per epoch while keeping the balance.
+               epoch: int = 0, oversize: Oversize = "error", tolerance: float = 0.0,
+               refine: bool = True) -> Plan:
+    """The paper's Algorithm 1 (with our refinement of its leftovers unless `refine=False`, see
+    `pack_plan`); with a seed, randomised per epoch while keeping the balance.
 
     Ties among equal sizes (after rounding sizes up to a grid of relative step `tolerance`, which
     costs at most that fraction of balance) are broken at random, then steps are shuffled and the
@@ -55,14 +57,14 @@ def algorithm1(sizes, capacity: float, num_ranks: int, *, seed: int | None = Non
     """
     sizes = as_sizes(sizes)
     if seed is None:
-        return pack_plan(sizes, capacity, num_ranks, oversize=oversize)
+        return pack_plan(sizes, capacity, num_ranks, oversize=oversize, refine=refine)
     rng = epoch_rng(seed, epoch)
     packed = sizes
     if tolerance > 0:  # rounded up, but never past the capacity a graph fits in
         packed = quantize_up(sizes, tolerance)
         packed = np.where(sizes <= capacity, np.minimum(packed, capacity), sizes).astype(
             packed.dtype)
-    plan = pack_plan(packed, capacity, num_ranks, oversize=oversize, rng=rng)
+    plan = pack_plan(packed, capacity, num_ranks, oversize=oversize, rng=rng, refine=refine)
     return plan.shuffled_steps(rng)
 
 
