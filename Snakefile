@@ -17,6 +17,7 @@ include: "workflow/rules/graphs.smk"
 include: "workflow/rules/stats.smk"
 include: "workflow/rules/balance.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/kernels.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/results_inputs.smk"
 include: "workflow/rules/sweep.smk"
@@ -31,6 +32,8 @@ rule all:
         stats_targets(),
         balance_targets(),
         bench_targets(),
+        ablation_targets(),
+        figure_targets(),
 
 
 rule graphs:
@@ -48,9 +51,11 @@ rule balance:
         balance_targets(),
 
 
+# the baseline check (mace_run_train against our baseline, ~8 minutes) is left out of `all`
 rule ablation:
     input:
         ablation_targets(),
+        baseline_check_targets(),
 
 
 rule sweeps:

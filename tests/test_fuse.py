@@ -176,6 +176,7 @@ def test_one_atom_and_one_element():
         assert rel_err(g, e) < 1e-10
 
 
+@pytest.mark.slow
 def test_cueq_backend_shares_parameters_and_matches_mace():
     # the CUDA backend, run here through cuequivariance's PyTorch ("naive") method on the CPU
     model = small_model(reduced=True)
@@ -186,7 +187,9 @@ def test_cueq_backend_shares_parameters_and_matches_mace():
     assert kernel_backend(model) == {"symmetric_contraction": "cueq"}
     assert list(model.state_dict()) == list(state)
     for g, e in zip(energy_forces_grads(model, batch), expected, strict=True):
-        assert rel_err(g, e) < 1e-10
+        # cuet's basis reaches mace's reduced one by a least-squares projection rounded to
+        # sqrt-rationals, which mace checks only to 1e-7 (cg_cueq_tools); measured here: 3e-8
+        assert rel_err(g, e) < 1e-6
     fuse_model(model, conv=False)  # cueq -> cpu-fused, then back to mace-torch's modules
     assert isinstance(model.products[0].symmetric_contractions, SymmetricContractionFused)
     fuse_model(model, backend="reference")

@@ -100,4 +100,4 @@ def balance_targets():
 
 def bench_targets():
     preset = config["bench"]["preset"]
-    return [f"results/bench/{name}_{preset}.csv" for name in ("graphs", "balance")]
+    return [f"results/bench/{name}_{preset}.csv" for name in ("graphs", "balance", "kernels")]

@@ -37,7 +37,7 @@ def simulate_runs(wildcards):
     """The measured cells the cost models are fitted on: every variant at every rank count."""
     s = config["simulate"]
     return [
-        f"results/train/{wildcards.dataset}/{variant}/r{ranks}/summary.json"
+        f"results/train/{wildcards.trainset}/{variant}/r{ranks}/summary.json"
         for variant in s["variants"]
         for ranks in s["measured_ranks"]
     ]
@@ -60,7 +60,8 @@ def figure_targets():
              "fig10_weak_scaling", "fig11_batch_size", "fig11_capacity", "fig13_straggler",
              "fig07_strong_scaling_simulated", "fig08_speedup_simulated",
              "fig10_weak_scaling_simulated"]
-    return [f"results/figures/{n}.{ext}" for n in names for ext in ("png", "pdf")]
+    kernels = f"results/figures/fig_kernels_{config['bench']['preset']}.png"  # bench_kernels
+    return [f"results/figures/{n}.{ext}" for n in names for ext in ("png", "pdf")] + [kernels]
 
 
 def cell(dataset, variant, ranks):

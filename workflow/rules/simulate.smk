@@ -5,20 +5,21 @@
 rule simulate_scaling:
     input:
         runs=simulate_runs,
-        shards=graph_shards,
+        shards=train_shards,
     output:
-        tables=expand("results/simulate/{{dataset}}/{{distribution}}/{name}",
+        tables=expand("results/simulate/{{trainset}}/{{distribution}}/{name}",
                       name=SIMULATE_TABLES),
-        costmodels="results/simulate/{dataset}/{distribution}/costmodels.json",
-        paper="results/simulate/{dataset}/{distribution}/paper.md",
+        costmodels="results/simulate/{trainset}/{distribution}/costmodels.json",
+        paper="results/simulate/{trainset}/{distribution}/paper.md",
     log:
-        "logs/simulate/{dataset}/{distribution}.log",
+        "logs/simulate/{trainset}/{distribution}.log",
     benchmark:
-        "benchmarks/simulate/{dataset}/{distribution}.tsv"
+        "benchmarks/simulate/{trainset}/{distribution}.tsv"
     wildcard_constraints:
+        trainset=r"[A-Za-z0-9][A-Za-z0-9_.-]*",  # a data set or a train size such as mini_s
         distribution="table3|dataset",
     params:
-        graphs=graph_dirs,
+        graphs=train_graphs,
         args=simulate_args,
         out=subpath(output.paper, parent=True),
     threads: 1
