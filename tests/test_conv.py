@@ -162,6 +162,22 @@ def test_bad_inputs_raise_naming_the_argument(float64_default):
         conv_graph(torch.zeros(3, 4, dtype=torch.int64), 2)
 
 
+def test_opcheck_schemas_fake_and_autograd_registrations(float64_default):
+    tp = make_tp("2x0e+2x1o", 2)
+    edge_index = torch.tensor([[0, 1, 2, 2, 3, 0], [1, 0, 0, 3, 3, 2]])
+    desc, graph = conv_descriptor(tp), conv_graph(edge_index, 4)
+    x, y, w = random_inputs(tp, edge_index, 4)
+    g = torch.randn(4, tp.irreps_out.dim).requires_grad_()
+    ops = torch.ops.cfmtrain
+    for op, args in (
+        (ops.channelwise_conv_gather, (x, y, w, None, None, *graph, *desc.args(), False)),
+        (ops.channelwise_conv_gather, (g, y, w, y, w, *graph, *desc.args(), True)),
+        (ops.channelwise_conv_edge, (x, y, w, g, *graph, *desc.args(), True, True)),
+        (ops.channelwise_conv_edge, (x, y, w, g, *graph, *desc.args(), False, True)),
+    ):
+        torch.library.opcheck(op.default, args)
+
+
 def test_graph_is_cached_per_edge_index():
     edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
     assert conv_graph(edge_index, 3) is conv_graph(edge_index, 3)
@@ -314,3 +330,16 @@ def test_ops_gradcheck_to_third_order(float64_default, transpose):
     for f, inputs in ((gather2, (src, y, w, y2, w2)), (edge, (x, y, w, g))):
         assert torch.autograd.gradcheck(f, inputs, fast_mode=True)
         assert torch.autograd.gradgradcheck(f, inputs, fast_mode=True)
+
+
+def test_benchmark_convs_agree_with_mace():
+    """`cfmtrain bench kernels` times the same messages for the fused and mace-torch convs."""
+    from cfmtrain.bench.kernels_worker import conv_setup, make_batch, paper_model, supercell
+
+    model = paper_model(torch.float64, reduced_cg=False)
+    batch = make_batch(supercell(8), torch.float64)
+    fused, inputs = conv_setup(model, batch, "fused")
+    mace_convs, _ = conv_setup(model, batch, "mace")  # the same seeded inputs
+    for ours, theirs, args in zip(fused, mace_convs, inputs, strict=True):
+        got, expected = ours(*args), theirs(*args)
+        assert (got - expected).abs().max() <= 1e-10 * expected.abs().max()

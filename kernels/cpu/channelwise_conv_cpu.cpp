@@ -17,16 +17,12 @@ namespace cfmtrain::conv {
 namespace {
 
 constexpr int64_t kMaxDim = 15;  // irreps up to l = 7
+constexpr int64_t kAhead = 2;    // edges ahead whose rows are prefetched
 
 template <typename T>
 struct Term {
   int32_t a, j, b;  // gathered component, attribute component, accumulated component
   T c;
-};
-
-// (a, b) pairs with their terms [begin, end): the attribute gradient needs <x_a w, g_b> once each.
-struct Pair {
-  int32_t a, b, begin, end;
 };
 
 template <typename T>
@@ -41,13 +37,13 @@ struct Item {
 template <typename T>
 using GatherFn = void (*)(const Path<T>&, const Item<T>*, T*);
 template <typename T>
-using EdgeFn = void (*)(const Path<T>&, const T*, const T*, const T*, const T*, T*, T*, T*);
+using EdgeFn = void (*)(const Path<T>&, const T*, const T*, const T*, const T*, T*, T*);
 
 template <typename T>
 struct Path {
   int64_t mul, in_off, in_dim, w_off, y_off, y_dim, out_off, out_dim;
-  std::vector<Term<T>> terms;  // sorted by (a, b)
-  std::vector<Pair> pairs;
+  std::vector<Term<T>> terms;
+  int64_t h_off;  // offset of the path's H[a][j] block in the edge kernel's per-receiver scratch
   GatherFn<T> gather1, gather2, gather4;  // K = 1, 2, 4 items at once
   EdgeFn<T> edge_y, edge_w, edge_yw;
 };
@@ -94,7 +90,7 @@ inline void for_channel_blocks(int64_t mul, Body&& body) {
   for (; u < mul; ++u) body.template operator()<T, 1>(u);
 }
 
-// Source rows are scattered (another node per edge): fetch a later edge's row ahead of use.
+// Edge rows are visited in CSR order, scattered in memory: fetch a later edge's rows ahead.
 template <typename T>
 inline void prefetch_row(const T* p, int64_t n) {
   const char* c = reinterpret_cast<const char*>(p);
@@ -139,50 +135,57 @@ void gather_path(const Path<T>& p, const Item<T>* items, T* o) {
   });
 }
 
-// <x, y> over n channels: four register accumulators, one horizontal sum.
-template <typename T>
-inline T dot(const T* x, const T* y, int64_t n) {
-  using V = typename Simd<T>::V;
-  constexpr int64_t L = sizeof(V) / sizeof(T);
-  V acc[4] = {};
-  int64_t u = 0;
-  for (; u + 4 * L <= n; u += 4 * L)
-    for (int r = 0; r < 4; ++r) acc[r] += load<V>(x + u + r * L) * load<V>(y + u + r * L);
-  for (; u + L <= n; u += L) acc[0] += load<V>(x + u) * load<V>(y + u);
-  T s = lane_sum<T>((acc[0] + acc[1]) + (acc[2] + acc[3]));
-  for (; u < n; ++u) s += x[u] * y[u];
-  return s;
+// The edge slots through H[a][j] = sum_b c_{a j b} g_b (per receiver): with P_j = sum_a x_a H[a][j],
+// gw = sum_j y_j P_j and gy_j = <P_j, w>.
+template <typename T, int IN, int J, bool NeedY, bool NeedW>
+void edge_path(const Path<T>& p, const T* h, const T* xs, const T* y, const T* w, T* gy, T* gw) {
+  using VT = typename Simd<T>::V;
+  const int64_t in = IN ? IN : p.in_dim, nj = J ? J : p.y_dim, mul = p.mul;
+  const T* x = xs + p.in_off;
+  const T* wp = w + p.w_off;
+  VT dots[J ? J : kMaxDim] = {};  // vector partial sums of gy_j
+  T dots_tail[J ? J : kMaxDim] = {};
+  for_channel_blocks<T, 2>(mul, [&]<typename V, int NV>(int64_t u0) {
+    constexpr int64_t L = sizeof(V) / sizeof(T);
+    V xa[IN ? IN : kMaxDim][NV], wv[NV], acc[NV] = {};
+    for (int64_t a = 0; a < in; ++a)
+      for (int n = 0; n < NV; ++n) xa[a][n] = load<V>(x + a * mul + u0 + n * L);
+    if constexpr (NeedY)
+      for (int n = 0; n < NV; ++n) wv[n] = load<V>(wp + u0 + n * L);
+    for (int64_t j = 0; j < nj; ++j) {
+      V pj[NV] = {};
+      for (int64_t a = 0; a < in; ++a)
+        for (int n = 0; n < NV; ++n) pj[n] += xa[a][n] * load<V>(h + (a * nj + j) * mul + u0 + n * L);
+      if constexpr (NeedW) {
+        const T yj = y[p.y_off + j];
+        for (int n = 0; n < NV; ++n) acc[n] += yj * pj[n];
+      }
+      if constexpr (NeedY) {
+        if constexpr (std::is_same_v<V, T>) {
+          dots_tail[j] += pj[0] * wv[0];
+        } else {
+          for (int n = 0; n < NV; ++n) dots[j] += pj[n] * wv[n];
+        }
+      }
+    }
+    if constexpr (NeedW)
+      for (int n = 0; n < NV; ++n) store(gw + p.w_off + u0 + n * L, acc[n]);
+  });
+  if constexpr (NeedY)
+    for (int64_t j = 0; j < nj; ++j) gy[p.y_off + j] += lane_sum<T>(dots[j]) + dots_tail[j];
 }
 
-// gw = sum_b g_b * (sum_a M[b][a] x_a)  and/or  gy_j += sum_{(a,j,b)} c <x_a w, g_b>.
-template <typename T, int IN, int OUT, bool NeedY, bool NeedW>
-void edge_path(const Path<T>& p, const T* m, const T* xs, const T* g, const T* w, T* gy, T* gw,
-               T* scratch) {
-  const int64_t in = IN ? IN : p.in_dim, out = OUT ? OUT : p.out_dim, mul = p.mul;
-  const T* x = xs + p.in_off;
-  const T* gr = g + p.out_off;
-  const T* wp = w + p.w_off;
-  if constexpr (NeedW) {
-    for_channel_blocks<T, 2>(mul, [&]<typename V, int NV>(int64_t u0) {
-      constexpr int64_t L = sizeof(V) / sizeof(T);
-      V xa[IN ? IN : kMaxDim][NV], acc[NV] = {};
-      for (int64_t a = 0; a < in; ++a)
-        for (int n = 0; n < NV; ++n) xa[a][n] = load<V>(x + a * mul + u0 + n * L);
-      for (int64_t b = 0; b < out; ++b) {
-        V z[NV] = {};
-        for (int64_t a = 0; a < in; ++a)
-          for (int n = 0; n < NV; ++n) z[n] += m[b * in + a] * xa[a][n];
-        for (int n = 0; n < NV; ++n) acc[n] += z[n] * load<V>(gr + b * mul + u0 + n * L);
-      }
-      for (int n = 0; n < NV; ++n) store(gw + p.w_off + u0 + n * L, acc[n]);
-    });
-  }
-  if constexpr (NeedY) {
-    for (int64_t a = 0; a < in; ++a)
-      for (int64_t u = 0; u < mul; ++u) scratch[a * mul + u] = x[a * mul + u] * wp[u];
-    for (const Pair& pr : p.pairs) {
-      const T d = dot(scratch + pr.a * mul, gr + pr.b * mul, mul);
-      for (int32_t t = pr.begin; t < pr.end; ++t) gy[p.y_off + p.terms[t].j] += p.terms[t].c * d;
+// H[a][j] = sum_b c_{a j b} g_b for every path, once per receiver.
+template <typename T>
+void receiver_h(const std::vector<Path<T>>& paths, const T* g, T* h) {
+  for (const auto& p : paths) {
+    T* hp = h + p.h_off;
+    std::fill(hp, hp + p.in_dim * p.y_dim * p.mul, T(0));
+    for (const auto& t : p.terms) {
+      T* dst = hp + (t.a * p.y_dim + t.j) * p.mul;
+      const T* src = g + p.out_off + t.b * p.mul;
+#pragma omp simd
+      for (int64_t u = 0; u < p.mul; ++u) dst[u] += t.c * src[u];
     }
   }
 }
@@ -230,10 +233,13 @@ std::vector<Path<T>> load_paths(const Descriptor& desc, bool transpose) {
   auto Tm = desc.terms.accessor<int64_t, 2>();
   auto C = desc.coeffs.accessor<double, 1>();
   std::vector<Path<T>> paths;
+  int64_t h_size = 0;
   for (int64_t p = 0; p < P.size(0); ++p) {
     const int64_t x_off = P[p][1], x_dim = P[p][2], o_off = P[p][6], o_dim = P[p][7];
     TORCH_CHECK(x_dim <= kMaxDim && o_dim <= kMaxDim, "channelwise_conv: irrep dimension above ",
                 kMaxDim, " in path ", p);
+    TORCH_CHECK(P[p][4] <= kMaxDim, "channelwise_conv: attribute irrep dimension above ", kMaxDim,
+                " in path ", p);
     Path<T> path{P[p][0], transpose ? o_off : x_off, transpose ? o_dim : x_dim, P[p][5], P[p][3],
                  P[p][4], transpose ? x_off : o_off, transpose ? x_dim : o_dim};
     for (int64_t t = P[p][8]; t < P[p][9]; ++t) {
@@ -241,22 +247,15 @@ std::vector<Path<T>> load_paths(const Descriptor& desc, bool transpose) {
       const auto k = static_cast<int32_t>(Tm[t][2]);
       path.terms.push_back({transpose ? k : i, j, transpose ? i : k, static_cast<T>(C[t])});
     }
-    std::stable_sort(path.terms.begin(), path.terms.end(), [](const auto& l, const auto& r) {
-      return l.a != r.a ? l.a < r.a : l.b < r.b;
-    });
-    for (int32_t t = 0; t < static_cast<int32_t>(path.terms.size()); ++t) {
-      const auto& term = path.terms[t];
-      if (path.pairs.empty() || path.pairs.back().a != term.a || path.pairs.back().b != term.b)
-        path.pairs.push_back({term.a, term.b, t, t});
-      path.pairs.back().end = t + 1;
-    }
+    path.h_off = h_size;
+    h_size += path.in_dim * path.y_dim * path.mul;
     const int64_t in = path.in_dim, out = path.out_dim;
     path.gather1 = select_kernel<T, GatherK<T, 1>::template K>(in, out);
     path.gather2 = select_kernel<T, GatherK<T, 2>::template K>(in, out);
     path.gather4 = select_kernel<T, GatherK<T, 4>::template K>(in, out);
-    path.edge_y = select_kernel<T, EdgeK<T, true, false>::template K>(in, out);
-    path.edge_w = select_kernel<T, EdgeK<T, false, true>::template K>(in, out);
-    path.edge_yw = select_kernel<T, EdgeK<T, true, true>::template K>(in, out);
+    path.edge_y = select_kernel<T, EdgeK<T, true, false>::template K>(in, path.y_dim);
+    path.edge_w = select_kernel<T, EdgeK<T, false, true>::template K>(in, path.y_dim);
+    path.edge_yw = select_kernel<T, EdgeK<T, true, true>::template K>(in, path.y_dim);
     paths.push_back(std::move(path));
   }
   return paths;
@@ -317,7 +316,10 @@ void gather_kernel(const at::Tensor& src, const at::Tensor& attr, const at::Tens
       for (int64_t q = row[a]; q < row[a + 1]; ++q) {
         const int64_t e = prm[q];
         const T* s = s_ptr + idx[e] * s_stride;
-        if (q + 4 < n_edges) prefetch_row(s_ptr + idx[prm[q + 4]] * s_stride, s_stride);
+        if (q + kAhead < n_edges) {
+          prefetch_row(w_ptr + prm[q + kAhead] * w_stride, w_stride);
+          if (two) prefetch_row(w2_ptr + prm[q + kAhead] * w_stride, w_stride);
+        }
         group[k++] = {s, y_ptr + e * y_stride, w_ptr + e * w_stride};
         if (two) group[k++] = {s, y2_ptr + e * y_stride, w2_ptr + e * w_stride};
         if (k == 4) flush(4), k = 0;
@@ -341,26 +343,31 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const at::Tensor& 
   const int64_t* prm = g.recv_perm.data_ptr<int64_t>();
   const int64_t x_stride = x.size(1), y_stride = attr.size(1), w_stride = weight.size(1);
   const int64_t g_stride = grad.size(1), n_recv = g.recv_rowptr.size(0) - 1;
-  int64_t scratch_size = 1;
-  for (const auto& p : paths) scratch_size = std::max(scratch_size, p.in_dim * p.mul);
+  const int64_t n_edges = attr.size(0);
+  int64_t h_size = 1;
+  for (const auto& p : paths) h_size = std::max(h_size, p.h_off + p.in_dim * p.y_dim * p.mul);
 
-  // Receiver order keeps the receiver's grad row hot across its edges.
+  // Receiver order: H is built once per receiver and reused by its edges.
 #pragma omp parallel num_threads(at::get_num_threads()) if (worth_threads(paths, attr.size(0)))
   {
-    std::vector<T> scratch(scratch_size);
+    std::vector<T> h(h_size);
 #pragma omp for schedule(dynamic, 4)
     for (int64_t r = 0; r < n_recv; ++r) {
-      T m[kMaxDim * kMaxDim];
+      if (row[r] == row[r + 1]) continue;
+      receiver_h(paths, g_ptr + r * g_stride, h.data());
       for (int64_t q = row[r]; q < row[r + 1]; ++q) {
         const int64_t e = prm[q];
+        if (q + kAhead < n_edges) {
+          prefetch_row(w_ptr + prm[q + kAhead] * w_stride, w_stride);
+          prefetch_row(x_ptr + snd[prm[q + kAhead]] * x_stride, x_stride);
+        }
         T* gy = gy_ptr ? gy_ptr + e * y_stride : nullptr;
         T* gw = gw_ptr ? gw_ptr + e * w_stride : nullptr;
         if (gy) std::fill(gy, gy + y_stride, T(0));
         for (const auto& p : paths) {
-          if (gw) edge_matrix(p, y_ptr + e * y_stride, m);
           const auto fn = gy && gw ? p.edge_yw : gy ? p.edge_y : p.edge_w;
-          fn(p, m, x_ptr + snd[e] * x_stride, g_ptr + r * g_stride, w_ptr + e * w_stride, gy, gw,
-             scratch.data());
+          fn(p, h.data() + p.h_off, x_ptr + snd[e] * x_stride, y_ptr + e * y_stride,
+             w_ptr + e * w_stride, gy, gw);
         }
       }
     }

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from cfmtrain.atomic import atomic_path
 
 STYLE = {"fused": ("tab:green", "o"), "mace": ("tab:blue", "s"), "compile": ("tab:orange", "^")}
+DASHES = {("float32", "original"): "-", ("float64", "original"): "--",
+          ("float32", "reduced"): ":", ("float64", "reduced"): "-."}
 
 
 def plot_kernels(rows: list[dict], path: str | Path) -> None:
@@ -25,18 +28,19 @@ def plot_kernels(rows: list[dict], path: str | Path) -> None:
     for (i, op), (j, kind) in ((a, b) for a in enumerate(ops) for b in enumerate(passes)):
         ax = axes[i][j]
         panel = [r for r in rows if r["op"] == op and r["pass"] == kind]
-        for impl in STYLE:
-            for dtype, dash in (("float32", "-"), ("float64", "--")):
-                pts = sorted((r["atoms"], r["median_s"]) for r in panel if r["impl"] == impl
-                             and r["dtype"] == dtype and r.get("status") == "ok")
-                if pts:
-                    color, marker = STYLE[impl]
-                    ax.plot(*zip(*pts, strict=True), dash, color=color, marker=marker,
-                            label=f"{impl} {dtype}")
+        for impl, ((dtype, cg), dash) in itertools.product(STYLE, DASHES.items()):
+            pts = sorted((r["atoms"], r["median_s"]) for r in panel if r["impl"] == impl
+                         and r["dtype"] == dtype and r.get("cg", "original") == cg
+                         and r.get("status") == "ok")
+            if pts:
+                color, marker = STYLE[impl]
+                ax.plot(*zip(*pts, strict=True), dash, color=color, marker=marker,
+                        label=f"{impl} {dtype}" + (" reduced CG" if cg == "reduced" else ""))
         failed = [r for r in panel if r.get("status") != "ok"]
         for k, r in enumerate(failed):
             status = str(r.get("status")).split(":")[0]
-            ax.annotate(f"{r['impl']} {r['dtype']} {r['atoms']}: {status}", (0.02, 0.95 - 0.07 * k),
+            label = f"{r['impl']} {r['dtype']} {r.get('cg', '')} {r['atoms']}: {status}"
+            ax.annotate(label, (0.02, 0.95 - 0.07 * k),
                         xycoords="axes fraction", fontsize=7, color="tab:red")
         ax.set(xscale="log", yscale="log", title=f"{op}: {kind}", xlabel="atoms",
                ylabel="median s per call")

@@ -7,6 +7,7 @@ rattled fcc Cu80Ni20 supercell (~39 neighbours per atom); prints one JSON line o
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 import traceback
@@ -107,6 +108,57 @@ def contraction_pass(modules: list, x0: torch.Tensor, y: torch.Tensor,
     return step
 
 
+def conv_pass(convs: list, inputs: list, kind: str) -> Callable[[], None]:
+    """Both layers' convs; train_step = force-like double backward through x, Y and W."""
+    def step() -> None:
+        if kind == "forward":
+            with torch.no_grad():
+                for conv, args in zip(convs, inputs, strict=True):
+                    conv(*args)
+            return
+        leaves = [[t.detach().requires_grad_(True) for t in args] for args in inputs]
+        outs = [conv(*args) for conv, args in zip(convs, leaves, strict=True)]
+        if kind == "forward_backward":
+            torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+            return
+        flat = [t for args in leaves for t in args]
+        energy = sum(o.pow(2).sum() for o in outs)
+        grads = torch.autograd.grad(energy, flat, create_graph=True)
+        (energy + sum(g.pow(2).sum() for g in grads)).backward()
+    return step
+
+
+def conv_setup(model: torch.nn.Module, batch: dict, impl: str) -> tuple[list, list]:
+    """Each interaction block's conv as a callable (x, Y, W) -> messages, and its inputs:
+    random features and radial weights, spherical harmonics of the batch's edge vectors."""
+    from mace.modules.utils import get_edge_vectors_and_lengths
+    from mace.tools.scatter import scatter_sum
+
+    from cfmtrain.kernels.conv import FusedChannelwiseConv
+
+    edge_index = batch["edge_index"]
+    vectors, _ = get_edge_vectors_and_lengths(batch["positions"], edge_index, batch["shifts"])
+    attrs = model.spherical_harmonics(vectors).detach()
+    gen = torch.Generator().manual_seed(0)
+    num_nodes, num_edges = batch["positions"].shape[0], edge_index.shape[1]
+    convs, inputs = [], []
+    for block in model.interactions:
+        tp = block.conv_tp
+        x = torch.randn(num_nodes, tp.irreps_in1.dim, generator=gen).to(attrs.dtype)
+        w = torch.randn(num_edges, tp.weight_numel, generator=gen).to(attrs.dtype)
+        inputs.append([x, attrs, w])
+        if impl == "fused":
+            fused = FusedChannelwiseConv(tp)
+            convs.append(lambda x, y, w, f=fused: f(x, y, w, edge_index))
+            continue
+
+        def mace_conv(x, y, w, tp=tp):
+            messages = tp(x[edge_index[0]], y, w)
+            return scatter_sum(src=messages, index=edge_index[1], dim=0, dim_size=x.shape[0])
+        convs.append(torch.compile(mace_conv) if impl == "compile" else mace_conv)
+    return convs, inputs
+
+
 def setup(config: dict) -> tuple[Callable[[], None], dict]:
     """The timed step for `config` and facts about it (edges, backend)."""
     dtype = getattr(torch, config["dtype"])
@@ -125,6 +177,10 @@ def setup(config: dict) -> tuple[Callable[[], None], dict]:
             model = torch.compile(model)
             facts["backend"] = "torch.compile"
         return model_pass(model, batch, config["pass"]), facts
+    if config["op"] == "conv":
+        convs, inputs = conv_setup(model, batch, impl)
+        facts["backend"] = {"fused": "cpu-fused", "compile": "torch.compile"}.get(impl, "e3nn")
+        return conv_pass(convs, inputs, config["pass"]), facts
     modules = [p.symmetric_contractions for p in model.products]
     if impl == "fused":
         from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
@@ -140,23 +196,27 @@ def setup(config: dict) -> tuple[Callable[[], None], dict]:
 
 
 def time_step(step: Callable[[], None], reps: int) -> dict:
-    """First call (compile/warm-up) timed apart, one more warm-up, then `reps` timed calls."""
+    """First call (compile/warm-up) timed apart, one more warm-up, then `reps` timed calls
+    (wall and process CPU seconds)."""
     start = time.perf_counter()
     step()
     first = time.perf_counter() - start
     step()
-    times = []
+    times, cpu_times = [], []
     for _ in range(reps):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         step()
         times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
+    # CPU seconds (all threads) are recorded too: on a shared machine they move less than wall
     return {"median_s": statistics.median(times), "min_s": min(times), "times": times,
-            "compile_s": first}
+            "median_cpu_s": statistics.median(cpu_times), "compile_s": first}
 
 
 def main(config: dict) -> int:
     """Run `config`; print one JSON line (status ok / oom / error) and return 0."""
-    result: dict = {"threads": torch.get_num_threads()}
+    result: dict = {"threads": torch.get_num_threads(),
+                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
     try:
         step, facts = setup(config)
         result.update(facts)
