@@ -8,7 +8,7 @@ rule bench_graphs:
         "logs/bench/graphs_{preset}.log",
     resources:
         timing_slot=1,
-    threads: 1
+    threads: 2  # single-threaded, but it reserves the machine: nothing runs beside a timing
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
