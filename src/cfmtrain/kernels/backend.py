@@ -12,6 +12,17 @@ import warnings
 
 import torch
 
+
+def load_ops(name: str) -> None:
+    """Load a compiled op library (a torch extension without a Python module init), or say
+    how to build it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise ImportError(f"{name} is not built: run `python setup.py build_ext --inplace` "
+                          "in the repository (or reinstall cfmtrain)")
+    torch.ops.load_library(spec.origin)
+
+
 CPU_FUSED = "cpu-fused"
 CUEQ = "cueq"
 BACKENDS = ("cpu-fused", "cueq", "reference")

@@ -9,7 +9,6 @@ over the receiver CSR, or its adjoint w.r.t. x over the sender CSR) and `channel
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -17,19 +16,12 @@ import torch
 from e3nn import o3
 from mace.modules.blocks import InteractionBlock
 
+from cfmtrain.kernels.backend import load_ops
+
 FUSION_TAG = "cfmtrain"
 
 
-def _load_ops(name: str = "cfmtrain._ops_channelwise_conv") -> None:
-    """Load the compiled op library (a torch extension without a Python module init)."""
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None:
-        raise ImportError(f"{name} is not built: run `python setup.py build_ext --inplace` "
-                          "in the repository (or reinstall cfmtrain)")
-    torch.ops.load_library(spec.origin)
-
-
-_load_ops()
+load_ops("cfmtrain._ops_channelwise_conv")
 _OPS = torch.ops.cfmtrain
 
 

@@ -10,24 +10,15 @@ polynomial (one extra operand: the cotangent), so every order of derivative runs
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
 
+from cfmtrain.kernels.backend import load_ops
 
-def _load_ops(name: str = "cfmtrain._ops_symmetric_contraction") -> None:
-    """Load the compiled op library (a torch extension without a Python module init)."""
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None:
-        raise ImportError(f"{name} is not built: run `python setup.py build_ext --inplace` "
-                          "in the repository (or reinstall cfmtrain)")
-    torch.ops.load_library(spec.origin)
-
-
-_load_ops()
+load_ops("cfmtrain._ops_symmetric_contraction")
 
 Factor = tuple[int, int]  # (operand, component)
 
