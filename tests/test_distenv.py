@@ -112,7 +112,8 @@ def test_batch_script_without_step_is_a_single_process():
 def test_torchrun_environment():
     env = DistEnv.from_environ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
                                 "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "host0",
-                                "MASTER_PORT": "29400", "OMP_NUM_THREADS": "5"})
+                                "MASTER_PORT": "29400", "OMP_NUM_THREADS": "5",
+                                "TORCHELASTIC_RUN_ID": "none"})
     assert env == DistEnv(3, 4, 1, "host0", 29400, 5, "torchrun")
     no_omp = DistEnv.from_environ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
                                    "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "h",
@@ -122,7 +123,22 @@ def test_torchrun_environment():
 
 def test_torchrun_variables_take_precedence_over_slurm():
     env = DistEnv.from_environ({**SLURM_TASK, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
+    assert (env.rank, env.world_size, env.source) == (0, 1, "slurm")
+    env = DistEnv.from_environ({**SLURM_TASK, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                                "TORCHELASTIC_RUN_ID": "x"})
     assert (env.rank, env.world_size, env.source) == (0, 1, "torchrun")
+
+
+def test_direct_launch_records_where_it_ran():
+    """The launcher's one-rank mode sets RANK & co. itself: recorded as slurm or single."""
+    from cfmtrain.launch import plan
+
+    for outer, source in (({}, "single"), ({"SLURM_JOB_ID": "7"}, "slurm")):
+        mode, _, environ = plan(1, 1, "cfmtrain", [], outer)
+        assert mode == "direct" and DistEnv.from_environ(environ).source == source
+    hand = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "h",
+            "MASTER_PORT": "1"}
+    assert DistEnv.from_environ(hand).source == "env"
 
 
 def test_single_process_default():

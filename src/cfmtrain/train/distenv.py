@@ -33,7 +33,8 @@ class DistEnvError(ValueError):
 
 @dataclass(frozen=True)
 class DistEnv:
-    """One process's place in a run; `source` is "torchrun", "slurm" or "single"."""
+    """One process's place in a run; `source` is "torchrun", "slurm", "single" or "env"
+    (rank variables set by hand)."""
 
     rank: int = 0
     world_size: int = 1
@@ -106,7 +107,17 @@ def _from_torchrun(environ: Mapping[str, str]) -> DistEnv:
         per_node = _int_var(environ, "LOCAL_WORLD_SIZE", 1) if "LOCAL_WORLD_SIZE" in environ else 1
         cpus = max(1, available_cpus() // per_node)
     return DistEnv(rank, world, local, environ.get("MASTER_ADDR", "127.0.0.1"), port, cpus,
-                   "torchrun")
+                   _rank_vars_source(environ, world))
+
+
+def _rank_vars_source(environ: Mapping[str, str], world: int) -> str:
+    """Who set RANK & co.: torchrun (it also sets TORCHELASTIC_RUN_ID), else cfmtrain's launcher
+    starting one rank directly (inside a Slurm job or not), else the user ("env")."""
+    if "TORCHELASTIC_RUN_ID" in environ:
+        return "torchrun"
+    if world == 1:
+        return "slurm" if "SLURM_JOB_ID" in environ or "SLURM_JOBID" in environ else "single"
+    return "env"
 
 
 def _from_slurm(environ: Mapping[str, str]) -> DistEnv:
