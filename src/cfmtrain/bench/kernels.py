@@ -3,6 +3,9 @@ mace-torch (e3nn path) and torch.compile of it.
 
 Each configuration (op, implementation, atoms, dtype, pass) runs in its own subprocess; its peak
 memory is the child's ru_maxrss, and a child that runs out of memory or crashes is recorded so.
+Rows also carry the largest relative difference of what was computed from mace-torch's row, and
+for forward rows the GFLOP/s of the op's analytic FLOPs (bench/flops.py) against a matmul peak
+measured in the same run (rows with impl "matmul-peak").
 """
 
 from __future__ import annotations
@@ -23,17 +26,47 @@ from cfmtrain.malloc_env import MALLOC_ENV
 OPS = ("symmetric_contraction", "conv", "model")
 IMPLS = ("fused", "mace", "compile")
 PASSES = ("forward", "forward_backward", "train_step")
-PRESETS = {
+AXES = ("ops", "models", "cg", "atoms", "dtypes", "passes", "impls")
+# A preset is a list of sub-matrices (the product of each one's axes); "models" defaults to the
+# paper's size. Every run also measures the matmul peak of each dtype it uses (GFLOP/s column).
+PRESETS: dict[str, dict] = {
     # the default target's (a few minutes on 2 cores): each op and a whole step, small size
-    "quick": {"ops": OPS, "impls": ("fused", "mace"), "atoms": (96,), "dtypes": ("float32",),
-              "passes": ("train_step",), "cg": ("original",), "reps": 5},
+    "quick": {"reps": 5, "matrices": [
+        {"ops": OPS, "impls": ("fused", "mace"), "atoms": (96,), "dtypes": ("float32",),
+         "passes": ("train_step",), "cg": ("original",)}]},
     # the issues' goals: the paper's size, 800 atoms, float32, double backward (3072: --atoms)
-    "goals": {"ops": OPS, "impls": ("fused", "mace"), "atoms": (800,), "dtypes": ("float32",),
-              "passes": ("train_step",), "cg": ("original",), "reps": 5},
-    "full": {"ops": OPS, "impls": IMPLS, "atoms": (200, 800, 3072),
-             "dtypes": ("float32", "float64"), "passes": PASSES, "cg": ("original", "reduced"),
-             "reps": 5},
+    "goals": {"reps": 5, "matrices": [
+        {"ops": OPS, "impls": ("fused", "mace"), "atoms": (800,), "dtypes": ("float32",),
+         "passes": ("train_step",), "cg": ("original",)}]},
+    # Everything the issues ask for, estimated at ~40 min on 2 quiet cores (from timings at
+    # 8-200 atoms): op rows at 200 and 800 atoms for every pass and dtype; the whole training
+    # step at 200/800/3072 atoms in float32 (3072: the memory story) and 200 in float64; the
+    # reduced CG basis for the symmetric contraction alone; torch.compile of the ops at 200
+    # atoms where it runs: its aot_autograd has no double backward (no train_step rows), and
+    # inductor's backward of the e3nn conv with edge-attribute gradients corrupts the heap in
+    # torch 2.13 (no conv forward_backward row). The whole model under torch.compile: "compile".
+    "full": {"reps": 5, "matrices": [
+        {"ops": ("symmetric_contraction", "conv"), "impls": ("fused", "mace"),
+         "atoms": (200, 800), "dtypes": ("float32", "float64"), "passes": PASSES,
+         "cg": ("original",)},
+        {"ops": ("model",), "impls": ("fused", "mace"), "atoms": (200, 800, 3072),
+         "dtypes": ("float32",), "passes": ("train_step",), "cg": ("original",)},
+        {"ops": ("model",), "impls": ("fused", "mace"), "atoms": (200,),
+         "dtypes": ("float64",), "passes": ("train_step",), "cg": ("original",)},
+        {"ops": ("symmetric_contraction",), "impls": ("fused", "mace"), "atoms": (200, 800),
+         "dtypes": ("float32",), "passes": PASSES, "cg": ("reduced",)},
+        {"ops": ("symmetric_contraction",), "impls": ("compile",), "atoms": (200,),
+         "dtypes": ("float32",), "passes": ("forward", "forward_backward"),
+         "cg": ("original",)},
+        {"ops": ("conv",), "impls": ("compile",), "atoms": (200,), "dtypes": ("float32",),
+         "passes": ("forward",), "cg": ("original",)}]},
+    # the whole training step under torch.compile (compiling takes minutes; tiny model: 8 min)
+    "compile": {"reps": 5, "matrices": [
+        {"ops": ("model",), "impls": ("mace", "fused", "compile"), "atoms": (800,),
+         "dtypes": ("float32",), "passes": ("train_step",), "cg": ("original",)}]},
 }
+DEFAULT_AXES = {"models": ("paper",)}
+MATMUL_SIZE = 3072
 # OpenMP threads that spin at barriers lose whole time slices when the 2 cores are shared (measured:
 # a 96-atom training step 9.4 s spinning, 0.46 s passive): passive for every implementation,
 # unless the caller's environment sets the policy.
@@ -53,23 +86,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--passes", nargs="+", choices=PASSES)
     parser.add_argument("--cg", nargs="+", choices=("original", "reduced"),
                         help="CG basis: mace's original one or the reduced (cuequivariance) one")
-    parser.add_argument("--reps", type=int, help="timed repetitions (median reported, >= 5)")
+    parser.add_argument("--models", nargs="+", choices=("paper", "tiny"),
+                        help="model size: the paper's, or a tiny one to test the harness")
+    parser.add_argument("--reps", type=_reps, help="timed repetitions (median reported, >= 5)")
+    parser.add_argument("--matmul-size", type=int, default=MATMUL_SIZE,
+                        help="n of the n x n matmul whose GFLOP/s is the peak")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per config")
     parser.add_argument("--memory-limit-gb", type=float, default=None,
                         help="address-space limit per child (default 85%% of RAM)")
 
 
+def _reps(text: str) -> int:
+    reps = int(text)
+    if reps < 5:
+        raise argparse.ArgumentTypeError(f"must be at least 5 (a median of >= 5), got {reps}")
+    return reps
+
+
 def _configs(args: argparse.Namespace) -> list[dict]:
+    """The preset's configurations (CLI axes replace the preset's in every sub-matrix), each
+    once, in the preset's order; preceded by a matmul-peak row per dtype used."""
     preset = PRESETS[args.preset]
-    keys = ("ops", "impls", "atoms", "dtypes", "passes", "cg")
-    pick = {k: getattr(args, k) or preset[k] for k in keys}
     reps = args.reps or preset["reps"]
     if reps < 5:
         raise ValueError(f"--reps must be at least 5 (a median of >= 5), got {reps}")
-    return [{"op": op, "cg": cg, "impl": impl, "atoms": atoms, "dtype": dtype, "pass": kind,
-             "reps": reps}
-            for op, cg, atoms, dtype, kind, impl in itertools.product(*(pick[k] for k in (
-                "ops", "cg", "atoms", "dtypes", "passes", "impls")))]
+    configs: list[dict] = []
+    for matrix in preset["matrices"]:
+        pick = {k: getattr(args, k, None) or matrix.get(k) or DEFAULT_AXES[k] for k in AXES}
+        for op, model, cg, atoms, dtype, kind, impl in itertools.product(*pick.values()):
+            config = {"op": op, "model": model, "cg": cg, "impl": impl, "atoms": atoms,
+                      "dtype": dtype, "pass": kind, "reps": reps}
+            if config not in configs:
+                configs.append(config)
+    dtypes = dict.fromkeys(c["dtype"] for c in configs)
+    peaks = [{"op": "matmul", "model": "", "cg": "", "impl": "matmul-peak", "atoms": None,
+              "dtype": dtype, "pass": "forward", "reps": reps,
+              "size": getattr(args, "matmul_size", MATMUL_SIZE)} for dtype in dtypes]
+    return peaks + configs
 
 
 def _memory_limit(gigabytes: float | None) -> int:
@@ -116,15 +169,45 @@ def _run_child(config: dict, timeout: float, limit: int) -> dict:
     return {**row, "status": f"crash: {last[:200]}"}
 
 
+def _rel_diff(row: dict, ref: dict) -> float:
+    """Largest difference of two fingerprints ({name: [norm, projection]}) relative to the
+    reference's norm of the same tensor; NaN if either is missing or they name other tensors."""
+    a, b = row.get("fingerprint"), ref.get("fingerprint")
+    if not a or not b or set(a) != set(b):
+        return float("nan")
+    worst = 0.0
+    for name, (norm_b, proj_b) in b.items():
+        norm_a, proj_a = a[name]
+        diff = max(abs(norm_a - norm_b), abs(proj_a - proj_b))
+        worst = max(worst, diff / norm_b if norm_b else (0.0 if diff == 0 else float("inf")))
+    return worst
+
+
 def _add_speedups(rows: list[dict]) -> None:
-    """speedup = mace-torch's median / this row's median for the same op, size, dtype, pass."""
-    key = ("op", "cg", "atoms", "dtype", "pass")
-    mace = {tuple(r[k] for k in key): r.get("median_s") for r in rows
-            if r["impl"] == "mace" and r.get("status") == "ok"}
+    """Against mace-torch's row of the same model, op, CG basis, size, dtype and pass: speedup
+    (its median / this median) and max_rel_diff_vs_mace (of the computed results); gflop_s of
+    the forward rows with a FLOP count, and pct_of_matmul_peak (this run's peak of the dtype)."""
+    key = ("op", "model", "cg", "atoms", "dtype", "pass")
+    ok = [r for r in rows if r.get("status") == "ok"]
+    mace = {tuple(r.get(k) for k in key): r for r in ok if r["impl"] == "mace"}
     for r in rows:
-        ref = mace.get(tuple(r[k] for k in key))
-        ok = r.get("status") == "ok" and ref
-        r["speedup_vs_mace"] = ref / r["median_s"] if ok else float("nan")
+        ref = mace.get(tuple(r.get(k) for k in key))
+        good = r.get("status") == "ok" and ref is not None
+        r["speedup_vs_mace"] = ref["median_s"] / r["median_s"] if good else float("nan")
+        r["max_rel_diff_vs_mace"] = _rel_diff(r, ref) if good else float("nan")
+        if ref is not None and r.get("flops") is None:
+            r["flops"] = ref.get("flops")  # the same op on the same batch
+        flops = r.get("flops") if r.get("status") == "ok" and r["pass"] == "forward" else None
+        r["gflop_s"] = flops / r["median_s"] / 1e9 if flops else float("nan")
+    peak = {r["dtype"]: r["gflop_s"] for r in ok if r["impl"] == "matmul-peak"}
+    for r in rows:
+        r["pct_of_matmul_peak"] = 100.0 * r["gflop_s"] / peak.get(r["dtype"], float("nan"))
+
+
+COLUMNS = ["op", "model", "cg", "impl", "atoms", "edges", "dtype", "pass", "status", "median_s",
+           "min_s", "median_cpu_s", "reps", "compile_s", "peak_rss_mb", "speedup_vs_mace",
+           "max_rel_diff_vs_mace", "flops", "gflop_s", "pct_of_matmul_peak", "threads",
+           "omp_wait_policy", "backend"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,21 +218,20 @@ def run(args: argparse.Namespace) -> int:
     figure = Path(args.figure or f"results/figures/fig_kernels_{args.preset}.png")
     limit = _memory_limit(args.memory_limit_gb)
     rows = []
-    for config in _configs(args):
-        row = _run_child(config, args.timeout, limit)
-        print(json.dumps({k: row.get(k) for k in ("op", "cg", "impl", "atoms", "dtype", "pass",
-                                                  "status", "median_s", "peak_rss_mb")}),
-              flush=True)
-        rows.append(row)
+    with tempfile.TemporaryDirectory(prefix="cfmtrain-bench-kernels-") as cache:
+        for config in _configs(args):
+            row = _run_child({**config, "cache_dir": cache}, args.timeout, limit)
+            row.pop("cache_dir")
+            print(json.dumps({k: row.get(k) for k in ("op", "model", "cg", "impl", "atoms",
+                                                      "dtype", "pass", "status", "median_s",
+                                                      "peak_rss_mb")}), flush=True)
+            rows.append(row)
     _add_speedups(rows)
-    columns = ["op", "cg", "impl", "atoms", "edges", "dtype", "pass", "status", "median_s", "min_s",
-               "median_cpu_s", "reps", "compile_s", "peak_rss_mb", "speedup_vs_mace", "threads",
-               "omp_wait_policy", "backend"]
-    report([{c: r.get(c) for c in columns} for r in rows], output,
+    report([{c: r.get(c) for c in COLUMNS} for r in rows], output,
            "Fused kernels vs mace-torch (median seconds per call)")
     from cfmtrain.bench.kernels_figure import plot_kernels
 
-    plot_kernels(rows, figure)
+    plot_kernels([r for r in rows if r["impl"] != "matmul-peak"], figure)
     return 0
 
 

@@ -1,7 +1,9 @@
 """One configuration of `cfmtrain bench kernels`, run inside its own subprocess.
 
 The paper-size model (128x0e+128x1o, lmax 3, correlation 3, 2 layers, 8 Bessel, r_max 4.5) on a
-rattled fcc Cu80Ni20 supercell (~39 neighbours per atom); prints one JSON line of results.
+rattled fcc Cu80Ni20 supercell (~39 neighbours per atom), or a tiny one to test the harness;
+prints one JSON line of results, with a fingerprint of what the first call computed from seeded
+inputs (to compare implementations) and the forward FLOPs of the op (bench/flops.py).
 """
 
 from __future__ import annotations
@@ -12,14 +14,22 @@ import statistics
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 import mace  # noqa: F401  (before e3nn)
 import numpy as np
 import torch
+from e3nn import o3
 
 R_MAX = 4.5
 ZS = [28, 29]
 OOM_MARKERS = ("can't allocate memory", "not enough memory", "out of memory", "std::bad_alloc")
+# Model sizes: the paper's, and a tiny one (same structure) for smoke tests of the harness.
+MODELS = {"paper": {},
+          "tiny": {"hidden_irreps": "8x0e+8x1o", "max_ell": 2, "correlation": 2,
+                   "radial_mlp": [16]}}
+# A step returns None, or with record=True a dict of named tensors it computed (its fingerprint).
+Step = Callable[[bool], dict | None]
 
 
 def supercell(num_atoms: int, seed: int = 0):
@@ -39,8 +49,9 @@ def supercell(num_atoms: int, seed: int = 0):
     return atoms
 
 
-def paper_model(dtype: torch.dtype, reduced_cg: bool, for_compile: bool = False) -> torch.nn.Module:
-    """The project's ScaleShiftMACE at the paper's size (cfmtrain.train.model)."""
+def paper_model(dtype: torch.dtype, reduced_cg: bool, for_compile: bool = False,
+                size: str = "paper") -> torch.nn.Module:
+    """The project's ScaleShiftMACE at the paper's size (or `size` of MODELS), seed 0."""
     from cfmtrain.train.config import ModelConfig
     from cfmtrain.train.model import DataStats, build_model
 
@@ -49,7 +60,8 @@ def paper_model(dtype: torch.dtype, reduced_cg: bool, for_compile: bool = False)
     torch.set_default_dtype(dtype)
     try:
         def factory():
-            return build_model(ModelConfig(use_reduced_cg=reduced_cg), stats, R_MAX, seed=0)
+            cfg = ModelConfig(use_reduced_cg=reduced_cg, **MODELS[size])
+            return build_model(cfg, stats, R_MAX, seed=0)
         if for_compile:
             from mace.tools.compile import prepare
 
@@ -57,6 +69,29 @@ def paper_model(dtype: torch.dtype, reduced_cg: bool, for_compile: bool = False)
         return factory().to(dtype)
     finally:
         torch.set_default_dtype(previous)
+
+
+def cached_model(config: dict, fused: bool) -> torch.nn.Module:
+    """`paper_model` for `config`, then fused if asked. The unfused model is pickled into the
+    run's cache folder (if any): later configurations load it in a second instead of
+    rebuilding the CG tensors (a fused model holds scripted modules that cannot be pickled)."""
+    dtype, reduced = getattr(torch, config["dtype"]), config["cg"] == "reduced"
+    size, cache = config.get("model", "paper"), config.get("cache_dir")
+    path = Path(cache, f"{size}_{config['dtype']}_{config['cg']}.pt") if cache else None
+    if path is not None and path.exists():
+        model = torch.load(path, weights_only=False)
+    else:
+        model = paper_model(dtype, reduced, size=size)
+        if path is not None:
+            from cfmtrain.atomic import atomic_path
+
+            with atomic_path(path) as tmp:
+                torch.save(model, tmp)
+    if fused:
+        from cfmtrain.kernels import fuse_model
+
+        fuse_model(model)
+    return model
 
 
 def make_batch(atoms, dtype: torch.dtype) -> dict:
@@ -69,62 +104,98 @@ def make_batch(atoms, dtype: torch.dtype) -> dict:
     return {k: v.to(dtype) if v.is_floating_point() else v for k, v in batch.to_dict().items()}
 
 
-def model_pass(model: torch.nn.Module, batch: dict, kind: str) -> Callable[[], None]:
-    """forward: energy; forward_backward: energy and forces; train_step: E+F loss, Adam step."""
+def fingerprint(tensors: dict[str, torch.Tensor]) -> dict[str, list[float]]:
+    """Per tensor: [its norm, its projection on a fixed unit probe] in float64; two
+    implementations of the same thing differ, relative to the norm, by at most their error."""
+    result = {}
+    for name, tensor in tensors.items():
+        flat = tensor.detach().double().reshape(-1)
+        probe = torch.sin(torch.arange(flat.numel(), dtype=torch.float64) * 0.7 + 0.3)
+        projection = flat @ (probe / probe.norm()) if flat.numel() else flat.sum()
+        result[name] = [float(flat.norm()), float(projection)]
+    return result
+
+
+def _grads(params: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
+
+
+def model_pass(model: torch.nn.Module, batch: dict, kind: str,
+               params: list[torch.Tensor]) -> Step:
+    """forward: energy; forward_backward: energy and forces; train_step: E+F loss, Adam step.
+    `params`: the model's parameters in a fixed (name) order, for the fingerprint."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
-    def step() -> None:
+    def step(record: bool = False) -> dict | None:
         if kind == "forward":
             with torch.no_grad():
-                model(dict(batch), training=False, compute_force=False)
-        elif kind == "forward_backward":
-            model(dict(batch), training=False, compute_force=True)
-        else:
-            out = model(dict(batch), training=True, compute_force=True)
-            loss = out["energy"].pow(2).mean() + 10.0 * out["forces"].pow(2).mean()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+                out = model(dict(batch), training=False, compute_force=False)
+            return {"interaction_energy": out["interaction_energy"]} if record else None
+        if kind == "forward_backward":
+            out = model(dict(batch), training=False, compute_force=True)
+            return {"interaction_energy": out["interaction_energy"],
+                    "forces": out["forces"]} if record else None
+        out = model(dict(batch), training=True, compute_force=True)
+        loss = out["energy"].pow(2).mean() + 10.0 * out["forces"].pow(2).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        seen = {"loss": loss, "forces": out["forces"], "param_grads": _grads(params)} \
+            if record else None
+        optimizer.step()
+        return seen
     return step
 
 
-def contraction_pass(modules: list, x0: torch.Tensor, y: torch.Tensor,
-                     kind: str) -> Callable[[], None]:
+def _zero_grads(params: list[torch.Tensor]) -> None:
+    for p in params:
+        p.grad = None
+
+
+def contraction_pass(modules: list, x0: torch.Tensor, y: torch.Tensor, kind: str,
+                     params: list[torch.Tensor]) -> Step:
     """Both layers' symmetric contractions; train_step = force-like double backward."""
-    def step() -> None:
+    def step(record: bool = False) -> dict | None:
         if kind == "forward":
             with torch.no_grad():
-                for m in modules:
-                    m(x0, y)
-            return
+                outs = [m(x0, y) for m in modules]
+            return {f"out{i}": o for i, o in enumerate(outs)} if record else None
+        _zero_grads(params)
         x = x0.detach().requires_grad_(True)
         outs = [m(x, y) for m in modules]
         if kind == "forward_backward":
             torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
-            return
-        energy = sum(o.pow(2).sum() for o in outs)
-        (gx,) = torch.autograd.grad(energy, x, create_graph=True)
-        (energy + gx.pow(2).sum()).backward()
+        else:
+            energy = sum(o.pow(2).sum() for o in outs)
+            (gx,) = torch.autograd.grad(energy, x, create_graph=True)
+            (energy + gx.pow(2).sum()).backward()
+        if not record:
+            return None
+        return {**{f"out{i}": o for i, o in enumerate(outs)}, "x_grad": x.grad,
+                "param_grads": _grads(params)}
     return step
 
 
-def conv_pass(convs: list, inputs: list, kind: str) -> Callable[[], None]:
+def conv_pass(convs: list, inputs: list, kind: str) -> Step:
     """Both layers' convs; train_step = force-like double backward through x, Y and W."""
-    def step() -> None:
+    def step(record: bool = False) -> dict | None:
         if kind == "forward":
             with torch.no_grad():
-                for conv, args in zip(convs, inputs, strict=True):
-                    conv(*args)
-            return
+                outs = [conv(*args) for conv, args in zip(convs, inputs, strict=True)]
+            return {f"out{i}": o for i, o in enumerate(outs)} if record else None
         leaves = [[t.detach().requires_grad_(True) for t in args] for args in inputs]
         outs = [conv(*args) for conv, args in zip(convs, leaves, strict=True)]
+        flat = [t for args in leaves for t in args]
         if kind == "forward_backward":
             torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
-            return
-        flat = [t for args in leaves for t in args]
-        energy = sum(o.pow(2).sum() for o in outs)
-        grads = torch.autograd.grad(energy, flat, create_graph=True)
-        (energy + sum(g.pow(2).sum() for g in grads)).backward()
+        else:
+            energy = sum(o.pow(2).sum() for o in outs)
+            grads = torch.autograd.grad(energy, flat, create_graph=True)
+            (energy + sum(g.pow(2).sum() for g in grads)).backward()
+        if not record:
+            return None
+        names = [f"{n}{i}_grad" for i in range(len(leaves)) for n in ("x", "attrs", "weights")]
+        return {**{f"out{i}": o for i, o in enumerate(outs)},
+                **{n: t.grad for n, t in zip(names, flat, strict=True)}}
     return step
 
 
@@ -159,58 +230,112 @@ def conv_setup(model: torch.nn.Module, batch: dict, impl: str) -> tuple[list, li
     return convs, inputs
 
 
-def setup(config: dict) -> tuple[Callable[[], None], dict]:
-    """The timed step for `config` and facts about it (edges, backend)."""
-    dtype = getattr(torch, config["dtype"])
-    impl = config["impl"]
-    atoms = supercell(config["atoms"])
-    model = paper_model(dtype, config["cg"] == "reduced", for_compile=impl == "compile")
-    batch = make_batch(atoms, dtype)
-    facts = {"edges": int(batch["edge_index"].shape[1]), "backend": "mace-e3nn"}
-    if config["op"] == "model":
-        if impl == "fused":
-            from cfmtrain.kernels import fuse_model, kernel_backend
+def _named_params(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p for _, p in sorted(model.named_parameters())]
 
-            fuse_model(model)
-            facts["backend"] = json.dumps(kernel_backend(model))
-        elif impl == "compile":
-            model = torch.compile(model)
-            facts["backend"] = "torch.compile"
-        return model_pass(model, batch, config["pass"]), facts
-    if config["op"] == "conv":
-        convs, inputs = conv_setup(model, batch, impl)
-        facts["backend"] = {"fused": "cpu-fused", "compile": "torch.compile"}.get(impl, "e3nn")
-        return conv_pass(convs, inputs, config["pass"]), facts
+
+def setup_model(config: dict, model: torch.nn.Module, batch: dict) -> tuple[Step, dict]:
+    """The whole model's step for `config` (fused, mace or torch.compile)."""
+    params, facts = _named_params(model), {"backend": "mace-e3nn"}
+    if config["impl"] == "fused":
+        from cfmtrain.kernels import kernel_backend
+
+        facts["backend"] = json.dumps(kernel_backend(model))
+    elif config["impl"] == "compile":
+        model = torch.compile(model)
+        facts["backend"] = "torch.compile"
+        # the compiled graph cannot turn on requires_grad of an input (forces differentiate it)
+        batch = {**batch, "positions": batch["positions"].detach().requires_grad_(True)}
+    return model_pass(model, batch, config["pass"], params), facts
+
+
+def setup_contraction(config: dict, model: torch.nn.Module, batch: dict) -> tuple[Step, dict]:
+    """Both symmetric contractions' step, on seeded random features of the model's shape.
+    (torch.compile's model has them fx-traced, without irreps: its FLOPs are mace's row's.)"""
+    from cfmtrain.bench.flops import symmetric_contraction_forward_flops
+    from cfmtrain.train.config import ModelConfig
+
     modules = [p.symmetric_contractions for p in model.products]
-    if impl == "fused":
+    params = [p for m in modules for _, p in sorted(m.named_parameters())]
+    num_nodes = batch["node_attrs"].shape[0]
+    facts: dict = {"backend": "mace-e3nn"}
+    if config["impl"] == "fused":
         from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
 
         modules = [SymmetricContractionFused(m) for m in modules]
         facts["backend"] = "cpu-fused"
-    elif impl == "compile":
+    elif config["impl"] == "compile":
         modules = [torch.compile(m) for m in modules]
         facts["backend"] = "torch.compile"
+    if config["impl"] != "compile":
+        facts["flops"] = sum(symmetric_contraction_forward_flops(m, num_nodes) for m in modules)
+    cfg = ModelConfig(**MODELS[config.get("model", "paper")])
+    channels = o3.Irreps(cfg.hidden_irreps)[0].mul
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(len(atoms), 128, 16, generator=gen).to(dtype)
-    return contraction_pass(modules, x, batch["node_attrs"], config["pass"]), facts
+    x = torch.randn(num_nodes, channels, (cfg.max_ell + 1) ** 2, generator=gen)
+    step = contraction_pass(modules, x.to(batch["positions"].dtype), batch["node_attrs"],
+                            config["pass"], params)
+    return step, facts
 
 
-def time_step(step: Callable[[], None], reps: int) -> dict:
-    """First call (compile/warm-up) timed apart, one more warm-up, then `reps` timed calls
-    (wall and process CPU seconds)."""
+def setup(config: dict) -> tuple[Step, dict]:
+    """The timed step for `config` and facts about it (edges, backend, forward FLOPs)."""
+    from cfmtrain.bench.flops import conv_forward_flops
+
+    if config["op"] == "matmul":
+        return setup_matmul(config)
+    dtype, impl = getattr(torch, config["dtype"]), config["impl"]
+    if impl == "compile":
+        model = paper_model(dtype, config["cg"] == "reduced", for_compile=True,
+                            size=config.get("model", "paper"))
+    else:  # the fused ops are built from the model's own modules, except for the whole model
+        model = cached_model(config, fused=impl == "fused" and config["op"] == "model")
+    batch = make_batch(supercell(config["atoms"]), dtype)
+    facts = {"edges": int(batch["edge_index"].shape[1])}
+    if config["op"] == "model":
+        step, more = setup_model(config, model, batch)
+    elif config["op"] == "conv":
+        convs, inputs = conv_setup(model, batch, impl)
+        step = conv_pass(convs, inputs, config["pass"])
+        more = {"backend": {"fused": "cpu-fused", "compile": "torch.compile"}.get(impl, "e3nn"),
+                "flops": sum(conv_forward_flops(b.conv_tp, facts["edges"])
+                             for b in model.interactions)}
+    else:
+        step, more = setup_contraction(config, model, batch)
+    return step, {**facts, **more}
+
+
+def setup_matmul(config: dict) -> tuple[Step, dict]:
+    """The machine's matmul peak: torch.matmul of two seeded n x n matrices (2 n^3 FLOPs)."""
+    n = int(config["size"])
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=gen).to(getattr(torch, config["dtype"])) for _ in "ab")
+    out = torch.empty_like(a)
+
+    def step(record: bool = False) -> dict | None:
+        torch.matmul(a, b, out=out)
+        return {"out": out} if record else None
+    return step, {"flops": 2 * n**3, "backend": f"torch.matmul {n}x{n}"}
+
+
+def time_step(step: Step, reps: int) -> dict:
+    """First call (compile/warm-up, and the fingerprint) timed apart, one more warm-up, then
+    `reps` timed calls (wall and process CPU seconds)."""
     start = time.perf_counter()
-    step()
+    seen = step(True)
     first = time.perf_counter() - start
-    step()
+    prints = fingerprint(seen or {})
+    step(False)
     times, cpu_times = [], []
     for _ in range(reps):
         start, cpu_start = time.perf_counter(), time.process_time()
-        step()
+        step(False)
         times.append(time.perf_counter() - start)
         cpu_times.append(time.process_time() - cpu_start)
     # CPU seconds (all threads) are recorded too: on a shared machine they move less than wall
     return {"median_s": statistics.median(times), "min_s": min(times), "times": times,
-            "median_cpu_s": statistics.median(cpu_times), "compile_s": first}
+            "median_cpu_s": statistics.median(cpu_times), "compile_s": first,
+            "fingerprint": prints}
 
 
 def main(config: dict) -> int:

@@ -1,0 +1,171 @@
+"""`cfmtrain bench kernels`: the harness end to end on tiny configurations (rows, speedups, same
+numbers, out-of-memory rows, matmul peak), its helpers, and the analytic FLOP counts."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from cfmtrain.bench import kernels
+
+SC = "symmetric_contraction"
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    kernels.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.mark.slow
+def test_harness_end_to_end(tmp_path, monkeypatch):
+    """Tiny model, 8 atoms: fused and mace rows of the symmetric contraction in float64
+    (train_step, double backward) and of the whole model in float32 (forces; the fused one
+    from the run's model cache), plus one configuration far too big for a 2.5 GiB address
+    space. (GFLOP/s of op rows: test_add_speedups_and_differences.)"""
+    monkeypatch.setitem(kernels.PRESETS, "test", {"reps": 5, "matrices": [
+        {"ops": (SC,), "models": ("tiny",), "impls": ("fused", "mace"), "atoms": (8,),
+         "dtypes": ("float64",), "passes": ("train_step",), "cg": ("original",)},
+        {"ops": ("model",), "models": ("tiny",), "impls": ("mace", "fused"), "atoms": (8,),
+         "dtypes": ("float32",), "passes": ("forward_backward",), "cg": ("original",)},
+        {"ops": ("conv",), "models": ("tiny",), "impls": ("mace",), "atoms": (2000,),
+         "dtypes": ("float64",), "passes": ("train_step",), "cg": ("original",)}]})
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the address space grows with threads' arenas
+    csv, png = tmp_path / "kernels.csv", tmp_path / "kernels.png"
+    args = _parse(["--preset", "test", "--output", str(csv), "--figure", str(png),
+                   "--memory-limit-gb", "2.5", "--matmul-size", "512"])
+    assert kernels.run(args) == 0
+    rows = pd.read_csv(csv)
+    assert len(rows) == 2 + 5 and png.stat().st_size > 0
+    big = rows[rows["atoms"] == 2000]
+    assert list(big["status"]) == ["oom"]
+    rows = rows[rows["atoms"] != 2000]
+    assert (rows["status"] == "ok").all(), rows[["op", "impl", "status"]]
+    assert (rows["median_s"] > 0).all() and (rows["min_s"] <= rows["median_s"]).all()
+    assert rows["peak_rss_mb"].between(50, 2560).all()
+    peaks = rows[rows["impl"] == "matmul-peak"].set_index("dtype")
+    assert sorted(peaks.index) == ["float32", "float64"]
+    assert (peaks["pct_of_matmul_peak"] == 100).all() and (peaks["gflop_s"] > 0).all()
+    ops = rows[rows["impl"] != "matmul-peak"]
+    for (op, dtype, kind), group in ops.groupby(["op", "dtype", "pass"]):
+        fused, mace = (group[group["impl"] == i].iloc[0] for i in ("fused", "mace"))
+        assert fused["speedup_vs_mace"] == pytest.approx(mace["median_s"] / fused["median_s"])
+        assert mace["speedup_vs_mace"] == pytest.approx(1.0)
+        tolerance = 1e-10 if dtype == "float64" else 1e-4
+        assert 0 <= fused["max_rel_diff_vs_mace"] < tolerance, (op, dtype, kind)
+        assert mace["max_rel_diff_vs_mace"] == 0
+        if op == "model":  # FLOPs are counted for the fused ops alone
+            assert math.isnan(fused["flops"]) and math.isnan(fused["gflop_s"])
+            continue
+        assert fused["flops"] == mace["flops"] > 0
+        if kind == "forward":
+            gflops = fused["flops"] / fused["median_s"] / 1e9
+            assert fused["gflop_s"] == pytest.approx(gflops)
+            assert fused["pct_of_matmul_peak"] == pytest.approx(
+                100 * gflops / peaks.loc[dtype, "gflop_s"])
+        else:
+            assert math.isnan(fused["gflop_s"])  # only forward passes are counted
+
+
+def test_reps_below_five_refused(capsys):
+    with pytest.raises(SystemExit):
+        _parse(["--reps", "4"])
+    assert "--reps: must be at least 5" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="at least 5"):
+        kernels._configs(argparse.Namespace(preset="quick", reps=4))
+
+
+def test_configs_of_presets_and_overrides():
+    configs = kernels._configs(_parse(["--preset", "quick"]))
+    peaks = [c for c in configs if c["impl"] == "matmul-peak"]
+    assert [c["dtype"] for c in peaks] == ["float32"] and configs[0] == peaks[0]
+    rest = configs[1:]
+    assert len(rest) == 3 * 2 and {c["op"] for c in rest} == set(kernels.OPS)
+    assert all(c["atoms"] == 96 and c["model"] == "paper" and c["reps"] == 5 for c in rest)
+    picked = kernels._configs(_parse(["--ops", "conv", "--atoms", "8", "12", "--dtypes",
+                                      "float32", "float64", "--reps", "7"]))
+    assert len(picked) == 2 + 2 * 2 * 2 and all(c["reps"] == 7 for c in picked)
+    full = kernels._configs(_parse(["--preset", "full"]))
+    assert len(full) == len({tuple(sorted(c.items(), key=str)) for c in full})  # no duplicates
+    covered = {(c["op"], c["impl"], c["atoms"], c["dtype"], c["pass"], c["cg"]) for c in full
+               if c["impl"] != "matmul-peak"}
+    for axis, values in ((2, {200, 800, 3072}), (3, {"float32", "float64"}),
+                         (4, set(kernels.PASSES)), (5, {"original", "reduced"}),
+                         (1, {"fused", "mace", "compile"})):
+        assert {c[axis] for c in covered} == values
+
+
+def test_add_speedups_and_differences():
+    def row(impl, median, prints, op=SC, kind="forward", status="ok", flops=2e9):
+        return {"op": op, "model": "paper", "cg": "original", "impl": impl, "atoms": 8,
+                "dtype": "float32", "pass": kind, "status": status, "median_s": median,
+                "fingerprint": prints, "flops": flops}
+
+    rows = [row("matmul-peak", 0.1, {}, op="matmul", flops=4e10),
+            row("mace", 2.0, {"out": [10.0, 3.0], "g": [2.0, -1.0]}),
+            row("fused", 0.5, {"out": [10.0, 3.001], "g": [2.0, -1.0]}),
+            row("compile", 1.0, {"out": [10.0, 3.0]}),
+            row("fused", 0.5, {"out": [1.0, 1.0]}, kind="train_step"),
+            row("fused", 1.0, {}, op="conv", status="oom")]
+    kernels._add_speedups(rows)
+    peak, mace, fused, compiled, lone, oom = rows
+    assert peak["gflop_s"] == pytest.approx(400.0) and peak["pct_of_matmul_peak"] == 100
+    assert fused["speedup_vs_mace"] == 4.0 and mace["speedup_vs_mace"] == 1.0
+    assert fused["max_rel_diff_vs_mace"] == pytest.approx(1e-4)
+    assert mace["max_rel_diff_vs_mace"] == 0.0
+    assert math.isnan(compiled["max_rel_diff_vs_mace"])  # other tensors: not comparable
+    assert compiled["speedup_vs_mace"] == 2.0
+    assert fused["gflop_s"] == pytest.approx(4.0) and fused["pct_of_matmul_peak"] == 1.0
+    assert math.isnan(lone["speedup_vs_mace"]) and math.isnan(lone["gflop_s"])
+    assert math.isnan(oom["speedup_vs_mace"]) and math.isnan(oom["gflop_s"])
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    from cfmtrain.bench.kernels_worker import paper_model
+
+    return paper_model(torch.float64, reduced_cg=False, size="tiny")
+
+
+def test_conv_flops_match_a_brute_force_count(tiny_model):
+    """Non-zeros of the dense bilinear map x (x) Y -> message of e3nn's own TensorProduct
+    (evaluated on basis vectors, unit weights) give the multiply-adds."""
+    from cfmtrain.bench.flops import conv_forward_flops
+
+    for block in tiny_model.interactions:
+        tp = block.conv_tp
+        nx, ny = tp.irreps_in1.dim, tp.irreps_in2.dim
+        x = torch.eye(nx, dtype=torch.float64).repeat_interleave(ny, 0)
+        y = torch.eye(ny, dtype=torch.float64).repeat(nx, 1)
+        dense = tp(x, y, torch.ones(nx * ny, tp.weight_numel, dtype=torch.float64))
+        nonzero = int((dense.abs() > 1e-12).sum())
+        weight_products = sum(tp.irreps_in1[i.i_in1].mul * tp.irreps_out[i.i_out].ir.dim
+                              for i in tp.instructions)
+        per_edge = 2 * nonzero + weight_products + tp.irreps_out.dim
+        assert conv_forward_flops(tp, 7) == 7 * per_edge
+
+
+def test_symmetric_contraction_flops_match_a_brute_force_count(tiny_model):
+    """Non-zeros of mace's dense generalized CG tensors, rebuilt by mace for the tiny model."""
+    from e3nn import o3
+    from mace.tools.cg import U_matrix_real
+
+    from cfmtrain.bench.flops import symmetric_contraction_forward_flops
+
+    for product in tiny_model.products:
+        sc = product.symmetric_contractions
+        expected = 0
+        for contraction, (mul, ir) in zip(sc.contractions, sc.irreps_out, strict=True):
+            for nu in range(1, contraction.correlation + 1):
+                u = U_matrix_real(irreps_in=o3.Irreps(str(contraction.coupling_irreps)),
+                                  irreps_out=o3.Irreps(str(ir)), correlation=nu,
+                                  dtype=torch.float64, use_cueq_cg=False)[-1]
+                assert torch.equal(u, contraction.U_tensors(nu))
+                nonzero = sum(1 for value in u.reshape(-1).tolist() if abs(value) > 1e-12)
+                expected += 2 * nonzero * mul
+        assert expected > 0
+        assert symmetric_contraction_forward_flops(sc, 5) == 5 * expected
