@@ -166,6 +166,51 @@ def test_liquid_water_density_and_neighbours(frames):
     assert 34 < len(neighbor_list("i", water, 4.5)) / len(water) < 42
 
 
+# Mean neighbours per atom at the 4.5 Å cutoff that each subset's real chemistry has (paper
+# section 5.1.1 / Table 3 systems; SPEC: "same densities"). For bulk, a number density n gives
+# about n * 4/3 pi 4.5^3 = n * 381.7 neighbours; shells, surfaces and vacuum shift it.
+NEIGHBOURS_45 = {
+    # liquid water, 1 g/cm^3: n = 0.100 /Å^3 -> 38
+    "liquid_water": (34, 42),
+    # isolated clusters of 3-25 waters: bounded by N - 1 and well below bulk water's 38
+    "water_clusters": (6, 30),
+    # fcc Cu/Ni: 12 + 6 + 24 neighbours within 4.5 Å (a = 3.52-3.61 Å), minus vacancies/strain
+    "cuni": (34, 44),
+    # fcc/bcc high-entropy alloys: 18 (fcc, a ~ 4.0 Å) to 42 (fcc, a ~ 3.6 Å); bcc 14-26
+    "hea": (14, 44),
+    # inorganic crystals, n = 0.03-0.10 /Å^3 -> about 11-38
+    "mptrj": (11, 40),
+    # layered MX2: bulk MoS2 n = 0.058 /Å^3 -> 22; monolayers in vacuum fewer (about 12-20)
+    "tmd": (10, 34),
+    # zeolites: 12-20 T atoms per 1000 Å^3 (three atoms per TO2) -> 14-23, more with solvent
+    "zeolite": (10, 28),
+    # Al slab (fcc a = 4.05 Å: 18 within 4.5 Å, fewer at the surface) under water (38)
+    "al_hcl": (15, 35),
+}
+
+
+def test_every_subset_has_its_real_chemistry_density(frames):
+    assert set(NEIGHBOURS_45) == set(SUBSETS)
+    atoms = dict.fromkeys(SUBSETS, 0)
+    edges = dict.fromkeys(SUBSETS, 0)
+    for frame in frames:
+        atoms[frame.info["config_type"]] += len(frame)
+        edges[frame.info["config_type"]] += len(neighbor_list("i", frame, 4.5))
+    for name, (lo, hi) in NEIGHBOURS_45.items():
+        assert lo <= edges[name] / atoms[name] <= hi, (name, edges[name] / atoms[name])
+
+
+def test_stats_notes_name_each_stand_in_once():
+    from cfmtrain.stats import _subset_notes
+
+    notes = _subset_notes("mini")
+    assert set(notes) == set(SUBSETS)
+    for name, note in notes.items():
+        assert note.startswith("stand-in: ") == SUBSETS[name].stand_in, note
+        assert note.lower().count("stand-in") <= 1, note
+    assert _subset_notes("paper") == {}
+
+
 def test_manifest_matches_the_files(mini_dir, frames):
     manifest = json.loads((mini_dir / "manifest.json").read_text())
     assert manifest["dataset"] == "mini" and manifest["seed"] == 0

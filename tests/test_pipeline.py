@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pytest
 import yaml
 
 from cfmtrain.data.split import load_split
@@ -34,5 +36,26 @@ def test_tiny_pipeline_builds_graphs_and_stats(tmp_path):
     np.testing.assert_array_equal(np.sort(everything), np.arange(len(store)))
     table = (tmp_path / "results/stats/mini/table3.md").read_text()
     assert "liquid_water" in table and "| total |" in table
+    check_table3(pd.read_csv(tmp_path / "results/stats/mini/table3.csv"), store)
     for suffix in (".png", ".pdf"):
         assert (tmp_path / f"results/figures/fig05_mini_sizes{suffix}").stat().st_size > 1000
+
+
+def check_table3(table: pd.DataFrame, store: GraphStore) -> None:
+    """Table 3's numbers equal those recomputed here from the graphs themselves."""
+    atoms = np.array([len(store[i]["numbers"]) for i in range(len(store))])
+    edges = np.array([store[i]["edge_index"].shape[1] for i in range(len(store))])
+    np.testing.assert_array_equal(atoms, store.num_atoms)
+    np.testing.assert_array_equal(edges, store.num_edges)
+    names = np.array([store.subset_names[s] for s in store.subsets])
+    expected = {"total": np.ones(len(store), bool)}
+    expected.update({n: names == n for n in store.subset_names if (names == n).any()})
+    assert list(table["subset"]) == [*list(expected)[1:], "total"]
+    for row in table.itertuples():
+        mask = expected[row.subset]
+        assert row.graphs == mask.sum(), row
+        assert row.share == pytest.approx(mask.sum() / len(store), rel=1e-12), row
+        assert (row.atoms_min, row.atoms_max) == (atoms[mask].min(), atoms[mask].max()), row
+        assert (row.edges_min, row.edges_max) == (edges[mask].min(), edges[mask].max()), row
+        assert row.mean_neighbours == pytest.approx(edges[mask].sum() / atoms[mask].sum(),
+                                                    rel=1e-12), row

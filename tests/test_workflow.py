@@ -1,11 +1,12 @@
-"""The workflow lints clean and every target plans (dry run) for both configs; bad config
-keys are refused by the schema."""
+"""The workflow lints clean; `all` plans every stage's rules and every target plans (dry run)
+for both configs; the schema describes every key and refuses unknown ones at any depth."""
 
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ["all", "graphs", "stats", "balance", "benchmark", "ablation", "sweeps", "simulate",
@@ -23,18 +24,122 @@ def test_lint():
     assert "Congratulations" in result.stdout + result.stderr
 
 
+# what `all` runs: every stage (frames to figures); `download` only for downloaded sets and
+# the ~8-minute baseline check only in `ablation`
+ALL_RULES = {"frames", "graph_shard", "split", "stats_dataset", "balance_report", "bench_balance",
+             "bench_graphs", "bench_kernels", "train_cell", "sweep_batch", "sweep_capacity",
+             "simulate_scaling", "all"} | {f"figure_{name}" for name in (
+                 "fig06_ablation", "fig07_strong_scaling", "fig08_speedup", "fig09_loss",
+                 "fig10_weak_scaling", "fig11_batch_size", "fig11_capacity", "fig13_straggler",
+                 "fig07_strong_scaling_simulated", "fig08_speedup_simulated",
+                 "fig10_weak_scaling_simulated")}
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The dry run's "Job stats" table as {rule: jobs}."""
+    lines = output[output.index("Job stats:"):].splitlines()[3:]
+    counts = {}
+    for line in lines[:lines.index(next(x for x in lines if x.startswith("total")))]:
+        rule, count = line.split()
+        counts[rule] = int(count)
+    return counts
+
+
+def expected_counts(config_file: str) -> dict[str, int]:
+    """Jobs per rule that the config implies, counted here from the config itself."""
+    config = yaml.safe_load((ROOT / config_file).read_text())
+    datasets = config["datasets"]
+    members = {m for d in config["targets"]
+               for m in datasets[d].get("members", [d])}
+    matrix = config["train"]["matrix"]
+    cells = {(d, v, r) for b in matrix for d in b["datasets"] for v in b["variants"]
+             for r in b["ranks"]}
+    return {"graph_shard": sum(datasets[m]["shards"] for m in members),
+            "frames": len(members), "stats_dataset": len(config["targets"]),
+            "download": sum(datasets[m]["kind"] == "download" for m in members),
+            "train_cell": len(cells)}
+
+
 @pytest.mark.parametrize("config", ["config/config.yaml", "config/paper.yaml"])
-def test_dry_run_every_target(config):
+def test_dry_run_all_schedules_every_stage(config):
     # --forceall: plan every job even where an earlier run left results in the work tree
-    result = snakemake("-n", "--forceall", *TARGETS, "--configfile", config)
+    result = snakemake("-n", "--forceall", "--printshellcmds", "--cores", "2", "all",
+                       "--configfile", config)
     assert result.returncode == 0, result.stdout + result.stderr
-    for rule in ("frames", "graph_shard", "split", "stats_dataset"):
-        assert rule in result.stdout, (rule, result.stdout)
+    counts = job_counts(result.stdout)
+    for rule, jobs in expected_counts(config).items():
+        assert counts.get(rule, 0) == jobs, (rule, counts)
+    assert set(counts) - {"download"} == ALL_RULES, counts
+    generate = [line for line in result.stdout.splitlines() if "cfmtrain generate" in line]
+    if "generated" in (ROOT / config).read_text():  # the frames rule's 2 threads are used
+        assert generate and all("--workers 2" in line for line in generate), generate
 
 
-def test_unknown_config_key_is_refused(tmp_path):
+@pytest.mark.parametrize("config", ["config/config.yaml", "config/paper.yaml"])
+def test_dry_run_every_other_target(config):
+    others = [t for t in TARGETS if t != "all"]
+    result = snakemake("-n", "--forceall", *others, "--configfile", config)
+    assert result.returncode == 0, result.stdout + result.stderr
+    counts = job_counts(result.stdout)
+    checks = len(yaml.safe_load((ROOT / config).read_text())["train"].get("baseline_check", []))
+    assert counts.get("baseline_check", 0) == checks
+    assert set(counts) - {"download", "baseline_check"} == ALL_RULES - {"all"} | set(others)
+
+
+def _bad_config(tmp_path: Path, edit) -> Path:
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    edit(config)
     bad = tmp_path / "bad.yaml"
-    bad.write_text((ROOT / "config/config.yaml").read_text() + "\ncutof: 5.0\n")
-    result = snakemake("-n", "--configfile", str(bad))
+    bad.write_text(yaml.safe_dump(config))
+    return bad
+
+
+@pytest.mark.parametrize("key, edit", [
+    ("cutof", lambda c: c.update(cutof=5.0)),
+    ("epochz", lambda c: c["train"].update(epochz=3)),  # nested: inside `train`
+    ("sead", lambda c: c["datasets"]["mini"].update(sead=1)),  # inside `datasets.<name>`
+])
+def test_unknown_config_key_is_refused(tmp_path, key, edit):
+    result = snakemake("-n", "--configfile", str(_bad_config(tmp_path, edit)))
     assert result.returncode != 0
-    assert "cutof" in result.stdout + result.stderr
+    assert f"'{key}' was unexpected" in result.stdout + result.stderr
+
+
+def test_manual_set_without_path_is_refused(tmp_path):
+    def edit(config):
+        config["datasets"]["cuni"] = {"kind": "manual"}
+        config["targets"] = ["cuni"]
+
+    result = snakemake("-n", "--configfile", str(_bad_config(tmp_path, edit)))
+    assert result.returncode != 0
+    assert "'path' is a required property" in result.stdout + result.stderr
+
+
+def _schema_keys(node: dict, path: str = ""):
+    """(dotted path, schema, required by its parent) of every key the schema defines."""
+    required = set(node.get("required", []))
+    for branch in node.get("allOf", []):
+        required |= set(branch.get("then", {}).get("required", []))  # conditionally required
+    for key, sub in node.get("properties", {}).items():
+        yield f"{path}{key}", sub, key in required
+        yield from _schema_keys(sub, f"{path}{key}.")
+    if isinstance(node.get("additionalProperties"), dict):  # datasets.<name>.kind
+        yield from _schema_keys(node["additionalProperties"], f"{path}<name>.")
+    if isinstance(node.get("items"), dict):  # train.matrix[].ranks
+        yield from _schema_keys(node["items"], f"{path.rstrip('.')}[].")
+
+
+def test_every_schema_key_has_a_description_and_a_default():
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    keys = list(_schema_keys(schema))
+    assert len(keys) > 60 and "figures.sizes[].ranks" in [k for k, _, _ in keys]
+    for key, sub, required in keys:
+        assert sub.get("description"), f"{key}: no description"
+        text = " ".join(sub["description"].split())
+        if "default" in sub:
+            continue
+        # no schema default: a required key, or one whose default depends on other keys
+        if required:
+            assert text.startswith("Required"), f"{key}: say that it is required"
+        else:
+            assert "Default - " in text, f"{key}: no default and none described"

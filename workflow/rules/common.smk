@@ -68,7 +68,7 @@ def frames_command(wildcards, output, threads):
         raise ValueError(f"data set {wildcards.dataset} is a union: it has no frames of its own")
     if cfg["kind"] == "generated":
         return (f"python -m cfmtrain generate --output-dir {output} --num-shards {shards} "
-                f"--scale {cfg['scale']} --seed {cfg['seed']}")
+                f"--scale {cfg['scale']} --seed {cfg['seed']} --workers {threads}")
     source = (f"results/downloads/{wildcards.dataset}" if cfg["kind"] == "download"
               else cfg["path"])
     command = (f"{PY} convert {cfg.get('registry', wildcards.dataset)} --input {source} "

@@ -65,14 +65,14 @@ SUBSETS: dict[str, Subset] = {s.name: s for s in (
            "fcc/bcc/hcp/sc, ordered L1_2/L1_0/B2 and disordered crystals of EMT metals, skewed "
            "and diagonal supercells (log-normal sizes, median 16), strained and rattled"),
     Subset("tmd", "TMD", (16, 96), 219_627, True, True, "EMT",
-           "stand-in for transition-metal dichalcogenides: three-plane metal sheets (X-M-X) "
-           "with van der Waals-like gaps or vacuum"),
+           "transition-metal dichalcogenides as three-plane EMT-metal sheets (X-M-X) with van "
+           "der Waals-like gaps or vacuum"),
     Subset("zeolite", "Zeolite", (203, 408), 99_770, True, True, "EMT",
-           "stand-in for zeolites: Al/Cu/Ni fcc frameworks with three crossing channels "
-           "(22-38% of the sites removed)"),
+           "zeolites as Al/Cu/Ni fcc frameworks with three crossing channels (22-38% of the "
+           "sites removed)"),
     Subset("al_hcl", "Al-HCl(aq)", (281, 281), 884, True, True, "EMT+TIP3P",
-           "stand-in for Al in HCl(aq): Al(100) slab (EMT) under 52 TIP3P waters, labelled "
-           "as two non-interacting subsystems; no Cl or hydronium"),
+           "Al in HCl(aq) as an Al(100) slab (EMT) under 52 TIP3P waters, labelled as two "
+           "non-interacting subsystems; no Cl or hydronium"),
 )}
 
 
