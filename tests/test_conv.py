@@ -178,6 +178,29 @@ def test_opcheck_schemas_fake_and_autograd_registrations(float64_default):
         torch.library.opcheck(op.default, args)
 
 
+def largest_allocation(fn) -> int:
+    """Bytes of the largest single allocation through torch's CPU allocator while `fn()` runs."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:
+        fn()
+    return max((e.nbytes() for e in prof.profiler.kineto_results.events()
+                if e.name() == "[memory]"), default=0)
+
+
+def test_conv_forward_allocates_no_edges_by_features_tensor(float64_default):
+    tp = make_tp("16x0e+16x1o", 3)
+    num_nodes, num_edges = 40, 4000
+    edge_index = torch.randint(0, num_nodes, (2, num_edges),
+                               generator=torch.Generator().manual_seed(7))
+    x, y, w = (t.detach() for t in random_inputs(tp, edge_index, num_nodes))
+    # the smallest edges x features tensor: the senders' features gathered per edge
+    limit = num_edges * tp.irreps_in1.dim * x.element_size()
+    f = fused(tp, edge_index, num_nodes)
+    assert largest_allocation(lambda: f(x, y, w)) < limit
+    # the check sees mace-torch's gathered features and per-edge messages
+    assert largest_allocation(lambda: mace_conv(tp, x, y, w, edge_index)) >= limit
+
+
 def test_graph_is_cached_per_edge_index():
     edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
     assert conv_graph(edge_index, 3) is conv_graph(edge_index, 3)
@@ -196,37 +219,42 @@ BLOCKS = [
 ]
 
 
-def make_model(first: str, rest: str, hidden: str = "8x0e+8x1o", lmax: int = 2):
+def make_model(first: str, rest: str, hidden: str = "8x0e+8x1o", lmax: int = 2,
+               correlation: int = 2, z: tuple[int, ...] = (28, 29), reduced: bool = False):
     classes = mace.modules.interaction_classes
     return mace.modules.ScaleShiftMACE(
         r_max=4.5, num_bessel=8, num_polynomial_cutoff=5, max_ell=lmax,
         interaction_cls_first=classes[first], interaction_cls=classes[rest], num_interactions=2,
-        num_elements=2, hidden_irreps=o3.Irreps(hidden), MLP_irreps=o3.Irreps("8x0e"),
-        atomic_energies=np.array([-1.5, -2.0]), avg_num_neighbors=12.0, atomic_numbers=[28, 29],
-        correlation=2, gate=torch.nn.functional.silu, radial_MLP=[16, 16], use_reduced_cg=False,
-        atomic_inter_scale=1.3, atomic_inter_shift=0.1)
+        num_elements=len(z), hidden_irreps=o3.Irreps(hidden), MLP_irreps=o3.Irreps("8x0e"),
+        atomic_energies=-np.linspace(1.5, 2.0, len(z)), avg_num_neighbors=12.0,
+        atomic_numbers=list(z), correlation=correlation, gate=torch.nn.functional.silu,
+        radial_MLP=[16, 16], use_reduced_cg=reduced, atomic_inter_scale=1.3,
+        atomic_inter_shift=0.1)
 
 
-def structures():
-    """A rattled periodic NiCu cell, a 1-atom periodic cell (self-images only), a free cluster and
-    two isolated atoms (no edges)."""
+def structures(z: tuple[int, ...] = (28, 29)):
+    """A rattled periodic cell, a 1-atom periodic cell (self-images only), a free cluster and
+    two isolated atoms (no edges); atoms take the elements `z` in turn (NiCu by default)."""
     import ase.build
     from ase import Atoms
 
     bulk = ase.build.bulk("Cu", "fcc", a=3.6, cubic=True)
-    bulk.symbols[[0, 2]] = "Ni"
     bulk.rattle(0.1, seed=1)
     one = ase.build.bulk("Ni", "fcc", a=3.5)
     cluster = Atoms("Cu3Ni2", positions=np.random.default_rng(2).uniform(0, 4, (5, 3)))
     isolated = Atoms("CuNi", positions=[[0, 0, 0], [9, 0, 0]])
-    return [bulk, one, cluster, isolated]
+    every = [bulk, one, cluster, isolated]
+    numbers = np.resize(np.asarray(z), sum(len(a) for a in every))
+    for a, start in zip(every, np.cumsum([0] + [len(a) for a in every[:-1]]), strict=True):
+        a.numbers = numbers[start:start + len(a)]
+    return every
 
 
-def batch_of(atoms_list, r_max=4.5) -> dict:
+def batch_of(atoms_list, r_max=4.5, z=(28, 29)) -> dict:
     from mace import data
     from mace.tools import torch_geometric, utils
 
-    z_table = utils.AtomicNumberTable([28, 29])
+    z_table = utils.AtomicNumberTable(list(z))
     graphs = [data.AtomicData.from_config(data.config_from_atoms(a), z_table=z_table,
                                           cutoff=r_max) for a in atoms_list]
     loader = torch_geometric.dataloader.DataLoader(graphs, batch_size=len(graphs), shuffle=False)
@@ -258,6 +286,71 @@ def test_model_matches_mace_float64(float64_default, first, rest):
     ours = model_outputs(fused_model, batch)
     for a, b in zip(ours, ref, strict=True):
         assert rel_err(a, b) < 1e-10
+
+
+# Pairwise (not full-product) cover of fully fused whole models: every pair of levels of
+# (interaction blocks, lmax, correlation, elements, hidden 2e, reduced CG basis) occurs in some row
+# (2e hidden features need lmax >= 2).
+MATRIX = [
+    (0, 1, 1, 1, False, True), (0, 2, 2, 10, True, False), (0, 3, 3, 3, False, True),
+    (1, 1, 2, 10, False, True), (1, 2, 1, 3, True, True), (1, 3, 3, 1, True, False),
+    (2, 1, 1, 10, False, False), (2, 2, 3, 1, True, True), (2, 3, 2, 3, True, True),
+    (3, 1, 1, 3, False, False), (3, 2, 2, 1, False, False), (3, 3, 3, 10, True, True),
+    (4, 1, 3, 1, False, True), (4, 2, 2, 10, True, False), (4, 3, 1, 3, True, False),
+]
+ELEMENTS = {1: (29,), 3: (8, 28, 29), 10: (1, 6, 7, 8, 13, 14, 26, 28, 29, 30)}
+
+
+@pytest.mark.parametrize("case", MATRIX, ids=lambda c: "b{}-l{}-nu{}-z{}-2e{:d}-red{:d}".format(*c))
+def test_fully_fused_model_matrix_float64(float64_default, case):
+    from cfmtrain.kernels import fuse_model, kernel_backend
+    from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
+
+    blocks, lmax, correlation, num_z, with_2e, reduced = case
+    channels = 4 if with_2e else 3
+    hidden = "+".join(f"{channels}x{ir}" for ir in ("0e", "1o", "2e")[:2 + with_2e])
+    z = ELEMENTS[num_z]
+    torch.manual_seed(0)
+    model = make_model(*BLOCKS[blocks], hidden, lmax, correlation, z, reduced)
+    batch = batch_of(structures(z), z=z)
+    assert sorted(set(batch["node_attrs"].argmax(1).tolist())) == list(range(num_z))
+    ref = model_outputs(model, batch)
+    fused_model = fuse_model(model)  # in place: a deepcopy recompiles e3nn's code (~1 s)
+    assert kernel_backend(fused_model) == {"symmetric_contraction": "cpu-fused",
+                                           "conv": "cpu-fused"}
+    assert all(isinstance(b.conv_tp, FusedChannelwiseConv) for b in fused_model.interactions)
+    assert all(isinstance(p.symmetric_contractions, SymmetricContractionFused)
+               for p in fused_model.products)
+    ours = model_outputs(fused_model, batch)
+    for a, b in zip(ours, ref, strict=True):
+        assert rel_err(a, b) < 1e-10
+
+
+def test_fused_model_forward_allocates_no_edges_by_features_tensor(float64_default):
+    """Energy-only forward of a fully fused model: nothing per edge wider than the radial MLP's
+    weights (the conv's inputs) is allocated; mace-torch allocates its per-edge messages."""
+    import ase.build
+
+    from cfmtrain.kernels import fuse_model
+
+    torch.manual_seed(0)
+    model = make_model(*BLOCKS[0], hidden="16x0e+16x1o")
+    bulk = ase.build.bulk("Cu", "fcc", a=3.6, cubic=True) * (2, 2, 2)
+    bulk.numbers[::3] = 28
+    bulk.rattle(0.05, seed=1)
+    batch = batch_of([bulk])
+    num_edges = batch["edge_index"].shape[1]
+    assert num_edges >= 30 * len(bulk)
+    widest = max(b.conv_tp.weight_numel for b in model.interactions)
+    assert widest < min(b.conv_tp.irreps_out.dim for b in model.interactions)
+    limit = num_edges * (widest + 1) * batch["positions"].element_size()
+
+    def forward():
+        model(dict(batch), training=False, compute_force=False)
+
+    assert largest_allocation(forward) >= limit  # mace-torch: edges x messages
+    fuse_model(model)
+    assert largest_allocation(forward) < limit
 
 
 def test_model_float32_within_twice_mace(float64_default):

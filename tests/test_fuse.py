@@ -7,6 +7,7 @@ import copy
 import warnings
 
 import ase.build
+import ase.units
 import mace  # noqa: F401  (import mace before e3nn)
 import numpy as np
 import pytest
@@ -16,9 +17,11 @@ from mace import data, modules, tools
 from mace.calculators import MACECalculator
 from mace.modules.symmetric_contraction import SymmetricContraction
 from mace.tools import torch_geometric
+from test_conv import small_and_serial  # noqa: F401  (autouse: one thread, no e3nn TorchScript)
 
 from cfmtrain.kernels import backend as kernel_backend_module
 from cfmtrain.kernels import choose_backend, fuse_model, kernel_backend, unfuse_model
+from cfmtrain.kernels.backend import choose_conv_backend
 from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
 
 Z = [29, 28]
@@ -111,7 +114,7 @@ def test_fuse_keeps_parameters_and_state_dict_and_unfuse_restores():
     params_before = {name: p for name, p in model.named_parameters()}
     state_before = {k: v.clone() for k, v in model.state_dict().items()}
     assert fuse_model(model, conv=False) is model
-    assert kernel_backend(model) == {"symmetric_contraction": "cpu-fused"}
+    assert kernel_backend(model) == {"symmetric_contraction": "cpu-fused", "conv": "reference"}
     assert list(model.state_dict()) == list(state_before)
     for key, value in model.state_dict().items():
         assert torch.equal(value, state_before[key])
@@ -152,18 +155,41 @@ def test_float32_whole_model_within_twice_mace_error():
         assert l2_err(ours, e) <= 2 * l2_err(theirs, e) + 1e-12
 
 
-def test_fused_model_in_mace_calculator():
-    model = small_model(reduced=True)
-    reference = MACECalculator(models=copy.deepcopy(model), device="cpu", default_dtype="float64")
-    fused = MACECalculator(models=fuse_model(copy.deepcopy(model), conv=False), device="cpu",
-                           default_dtype="float64")
+def md_trajectory(calc, steps=15):
+    """Positions, energy, forces and stress at every step of float64 VelocityVerlet MD."""
+    from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+    from ase.md.verlet import VelocityVerlet
+
     structure = atoms((2, 2, 1))
-    structure.calc = reference
-    e_ref, f_ref = structure.get_potential_energy(), structure.get_forces()
-    structure.calc = fused
-    e, f = structure.get_potential_energy(), structure.get_forces()
-    assert abs(e - e_ref) <= 1e-10 * abs(e_ref)
-    assert np.abs(f - f_ref).max() <= 1e-10 * np.abs(f_ref).max()
+    MaxwellBoltzmannDistribution(structure, temperature_K=600, rng=np.random.default_rng(3))
+    structure.calc = calc
+    frames = []
+
+    def record():
+        frames.append([structure.get_positions(), np.array(structure.get_potential_energy()),
+                       structure.get_forces(), structure.get_stress()])
+
+    dyn = VelocityVerlet(structure, timestep=2.0 * ase.units.fs)
+    dyn.attach(record, interval=1)
+    dyn.run(steps)
+    return frames
+
+
+def test_fully_fused_model_runs_md_in_mace_calculator(tmp_path):
+    path = tmp_path / "small.model"
+    torch.save(small_model(reduced=True), path)  # as mace users save and share models
+    reference = MACECalculator(model_paths=str(path), device="cpu", default_dtype="float64")
+    fused = MACECalculator(model_paths=str(path), device="cpu", default_dtype="float64")
+    for model in fused.models:
+        fuse_model(model)
+        assert kernel_backend(model) == {"symmetric_contraction": "cpu-fused", "conv": "cpu-fused"}
+    got, expected = md_trajectory(fused), md_trajectory(reference)
+    assert len(got) == len(expected) == 16
+    assert np.abs(expected[-1][0] - expected[0][0]).max() > 0.05  # the atoms really moved
+    for step, (ours, theirs) in enumerate(zip(got, expected, strict=True)):
+        for name, a, b in zip(("positions", "energy", "forces", "stress"), ours, theirs,
+                              strict=True):
+            assert np.abs(a - b).max() <= 1e-10 * max(np.abs(b).max(), 1.0), (step, name)
 
 
 def test_one_atom_and_one_element():
@@ -184,7 +210,7 @@ def test_cueq_backend_shares_parameters_and_matches_mace():
     expected = energy_forces_grads(model, batch)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     fuse_model(model, backend="cueq")
-    assert kernel_backend(model) == {"symmetric_contraction": "cueq"}
+    assert kernel_backend(model) == {"symmetric_contraction": "cueq", "conv": "reference"}
     assert list(model.state_dict()) == list(state)
     for g, e in zip(energy_forces_grads(model, batch), expected, strict=True):
         # cuet's basis reaches mace's reduced one by a least-squares projection rounded to
@@ -210,3 +236,45 @@ def test_backend_choice_warns_once_and_records(monkeypatch):
     monkeypatch.setattr(kernel_backend_module, "cueq_available", lambda: False)
     with pytest.warns(UserWarning, match="not installed"):
         assert choose_backend("cuda") == "reference"
+
+
+def cueq_conv_model():
+    """A small mace model whose convs mace-torch built with cuEquivariance (runs on the CPU)."""
+    from mace.modules.wrapper_ops import CuEquivarianceConfig
+
+    cueq = CuEquivarianceConfig(enabled=True, layout="mul_ir", group="O3_e3nn",
+                                optimize_channelwise=True)
+    blocks = modules.interaction_classes["RealAgnosticResidualInteractionBlock"]
+    return modules.MACE(
+        r_max=4.5, num_bessel=4, num_polynomial_cutoff=5, max_ell=1, interaction_cls=blocks,
+        interaction_cls_first=blocks, num_interactions=1, num_elements=2,
+        hidden_irreps=o3.Irreps("2x0e"), MLP_irreps=o3.Irreps("2x0e"),
+        atomic_energies=np.array([-1.0, -2.0]), avg_num_neighbors=8.0, atomic_numbers=Z,
+        correlation=1, gate=torch.nn.functional.silu, cueq_config=cueq)
+
+
+def test_conv_backend_choice_warns_once_and_records(monkeypatch):
+    from cfmtrain.kernels import fuse as fuse_module
+
+    monkeypatch.setattr(kernel_backend_module, "_warned", set())
+    e3nn_model, cueq_model = small_model(), cueq_conv_model()
+    assert choose_conv_backend("cpu", e3nn_model) == "cpu-fused"
+    with pytest.warns(UserWarning, match="reference"):
+        assert choose_conv_backend("cuda", e3nn_model) == "reference"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert choose_conv_backend("cuda", e3nn_model) == "reference"  # warned once only
+    with pytest.warns(UserWarning, match="cuEquivariance conv"):
+        assert choose_conv_backend("cuda", cueq_model) == "cueq"
+    # fuse_model on a CUDA model (no CUDA here: its device is stubbed) records both kernels
+    monkeypatch.setattr(fuse_module, "model_device", lambda model: torch.device("cuda"))
+    monkeypatch.setattr(kernel_backend_module, "cueq_available", lambda: False)
+    monkeypatch.setattr(kernel_backend_module, "_warned", set())
+    with pytest.warns(UserWarning) as caught:
+        fuse_model(cueq_model)
+    assert kernel_backend(cueq_model) == {"symmetric_contraction": "reference", "conv": "cueq"}
+    with pytest.warns(UserWarning, match="reference.*conv"):
+        fuse_model(e3nn_model)
+    assert kernel_backend(e3nn_model) == {"symmetric_contraction": "reference",
+                                          "conv": "reference"}
+    assert len(caught) == 2  # the symmetric contraction's warning, then the conv's

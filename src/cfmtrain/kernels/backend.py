@@ -1,8 +1,9 @@
 """Which implementation of the fused kernels runs on a device, warned about once and recorded.
 
 CPU: our compiled ops ('cpu-fused'). CUDA: mace-torch's cuEquivariance symmetric contraction when
-cuequivariance is installed ('cueq'), else mace-torch's own e3nn code ('reference'); our CUDA
-kernels come later (kernels/cuda/README.md).
+cuequivariance is installed ('cueq'), else mace-torch's own e3nn code ('reference'); the conv stays
+mace-torch's ('cueq' when mace built it with cuEquivariance, else 'reference'); our CUDA kernels
+come later (kernels/cuda/README.md).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ CUEQ = "cueq"
 BACKENDS = ("cpu-fused", "cueq", "reference")
 REFERENCE = "reference"
 
-_warned: set[tuple[str, str]] = set()
+_warned: set[tuple[str, ...]] = set()
 
 
 def cueq_available() -> bool:
@@ -52,6 +53,32 @@ def choose_backend(device: torch.device | str) -> str:
                   + ": using mace-torch's reference (e3nn) path")
     if (device.type, backend) not in _warned:
         _warned.add((device.type, backend))
+        warnings.warn(reason, stacklevel=2)
+    return backend
+
+
+def mace_conv_backend(model: torch.nn.Module) -> str:
+    """The backend of a model's unfused convs: "cueq" when mace-torch built them with
+    cuEquivariance (a cueq_config), else "reference" (e3nn)."""
+    for block in getattr(model, "interactions", ()):
+        if type(getattr(block, "conv_tp", None)).__module__.startswith("cuequivariance_torch"):
+            return CUEQ
+    return REFERENCE
+
+
+def choose_conv_backend(device: torch.device | str, model: torch.nn.Module) -> str:
+    """The conv backend for `model` on `device`; warns once per (device type, backend) if not
+    our own: cfmtrain's fused conv on CPU, elsewhere mace-torch's conv as the model has it."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return CPU_FUSED
+    backend = mace_conv_backend(model)
+    if backend == CUEQ:
+        reason = "cfmtrain has no CUDA conv yet: using the model's cuEquivariance conv"
+    else:
+        reason = f"no fused conv for {device.type}: using mace-torch's reference (e3nn) conv"
+    if (device.type, "conv", backend) not in _warned:
+        _warned.add((device.type, "conv", backend))
         warnings.warn(reason, stacklevel=2)
     return backend
 

@@ -6,13 +6,18 @@ model is an ordinary mace-torch model that anyone can load.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-
 import torch
 
-from cfmtrain.kernels.backend import BACKENDS, CPU_FUSED, CUEQ, choose_backend, model_device
+from cfmtrain.kernels.backend import (
+    BACKENDS,
+    CPU_FUSED,
+    CUEQ,
+    choose_backend,
+    choose_conv_backend,
+    mace_conv_backend,
+    model_device,
+)
+from cfmtrain.kernels.conv import fuse_convs, unfuse_convs
 from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
 
 
@@ -21,13 +26,6 @@ def _products(model: torch.nn.Module) -> list[torch.nn.Module]:
     if products is None:
         raise TypeError(f"{type(model).__name__} has no `products`: not a MACE model")
     return list(products)
-
-
-def _conv_module():
-    """cfmtrain.kernels.conv (issue #5) when it exists, else None."""
-    if importlib.util.find_spec("cfmtrain.kernels.conv") is None:
-        return None
-    return importlib.import_module("cfmtrain.kernels.conv")
 
 
 def _is_swapped(module: torch.nn.Module) -> bool:
@@ -69,26 +67,29 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
     """Swap fused kernels into a MACE / ScaleShiftMACE model in place and return it.
 
     The backend follows the model's device unless given (see cfmtrain.kernels.backend) and is
-    recorded in `model.cfmtrain_kernel_backend`: "cpu-fused" swaps in cfmtrain's kernels,
-    "cueq" mace-torch's cuEquivariance symmetric contraction, "reference" leaves mace-torch's
-    e3nn code. `conv=False` leaves the convolution alone.
+    recorded per kernel in `model.cfmtrain_kernel_backend`: "cpu-fused" swaps in cfmtrain's
+    kernels, "cueq" mace-torch's cuEquivariance symmetric contraction, "reference" leaves
+    mace-torch's e3nn code. The conv is fused with "cpu-fused" unless `conv=False`; otherwise
+    it is mace-torch's own ("cueq" if the model was built with cuEquivariance, else "reference").
     """
-    backend = backend or choose_backend(model_device(model))
+    chosen = backend is None
+    device = model_device(model)
+    backend = backend or choose_backend(device)
     if backend not in BACKENDS:
         raise ValueError(f"unknown kernel backend {backend!r}; choose one of {BACKENDS}")
-    record = {"symmetric_contraction": backend}
     if backend in (CPU_FUSED, CUEQ):
         fuse_symmetric_contractions(model, backend)
     else:
         unfuse_model(model)
-    if backend == CPU_FUSED:
-        # --- conv fusion (issue #5): cfmtrain.kernels.conv.fuse_convs, when it exists ---
-        conv_module = _conv_module() if conv else None
-        if conv_module is not None:
-            conv_module.fuse_convs(model)
-            record["conv"] = backend
-        # --- end conv fusion ---
-    model.cfmtrain_kernel_backend = record
+    if backend == CPU_FUSED and conv:
+        fuse_convs(model)
+        conv_backend = CPU_FUSED
+    else:
+        unfuse_convs(model)
+        conv_backend = mace_conv_backend(model)
+        if chosen and backend != CPU_FUSED:  # a device without our kernels: warn once
+            conv_backend = choose_conv_backend(device, model)
+    model.cfmtrain_kernel_backend = {"symmetric_contraction": backend, "conv": conv_backend}
     return model
 
 
@@ -98,12 +99,7 @@ def unfuse_model(model: torch.nn.Module) -> torch.nn.Module:
         sc = product.symmetric_contractions
         if _is_swapped(sc):
             product.symmetric_contractions = sc.original
-    # --- conv unfusion (issue #5): cfmtrain.kernels.conv.unfuse_convs, when it exists ---
-    # Only a model fused by an imported conv module can hold fused convs.
-    conv_module = sys.modules.get("cfmtrain.kernels.conv")
-    if conv_module is not None:
-        conv_module.unfuse_convs(model)
-    # --- end conv unfusion ---
+    unfuse_convs(model)
     if hasattr(model, "cfmtrain_kernel_backend"):
         del model.cfmtrain_kernel_backend
     return model
