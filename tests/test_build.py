@@ -2,15 +2,17 @@
 left behind, or with --skip-invalid the frame skipped and counted in the report."""
 
 import json
+from collections import Counter
 
 import ase.io
 import numpy as np
 import pytest
+from ase import Atoms
 from ase.build import bulk
 
 from cfmtrain.cli import main
-from cfmtrain.data.convert import InvalidFrameError
-from cfmtrain.graphs.build import build_shard
+from cfmtrain.data.validate import InvalidFrameError
+from cfmtrain.graphs.build import build_graphs, build_shard
 from cfmtrain.graphs.store import GraphStore
 
 
@@ -42,3 +44,20 @@ def test_skip_invalid_counts_the_frame(tmp_path):
     assert report["graphs"] == 2 and report["skipped_by_reason"] == {"overlapping atoms": 1}
     store = GraphStore(shard)
     np.testing.assert_array_equal(store.num_atoms, [4, 4])
+
+
+def test_first_invalid_frame_wins_across_validation_chunks():
+    """Frames are validated a chunk at a time; the error is still the first bad frame's, be it a
+    structural problem or an overlap found only by the radius graph."""
+    good, overlap, _ = frames_with_overlap()
+    frames = [good, good.copy(), good.copy(), overlap, Atoms(), good.copy()]
+    for chunk_size in (1, 2, 4, 128):
+        with pytest.raises(InvalidFrameError, match=r"^src: frame 3: overlapping atoms"):
+            list(build_graphs(frames, "src", 4.5, False, Counter(), chunk_size=chunk_size))
+        with pytest.raises(InvalidFrameError, match=r"^src: frame 1: empty frame"):
+            list(build_graphs([good, Atoms(), overlap], "src", 4.5, False, Counter(),
+                              chunk_size=chunk_size))
+        skipped = Counter()
+        graphs = list(build_graphs(frames, "src", 4.5, True, skipped, chunk_size=chunk_size))
+        assert [g["source_index"] for g in graphs] == [0, 1, 2, 5]
+        assert skipped == {"overlapping atoms": 1, "empty frame": 1}

@@ -17,15 +17,16 @@ from ase import Atoms
 from ase.calculators.singlepoint import SinglePointCalculator
 
 from cfmtrain.cli import main as cli_main
-from cfmtrain.data.convert import (
+from cfmtrain.data.convert import ReadOptions, convert
+from cfmtrain.data.download import file_digest
+from cfmtrain.data.mptrj import read_mptrj
+from cfmtrain.data.validate import (
     InvalidFrameError,
-    ReadOptions,
-    convert,
+    atoms_problem,
+    atoms_problems,
     frame_message,
     validate_atoms,
 )
-from cfmtrain.data.download import file_digest
-from cfmtrain.data.mptrj import read_mptrj
 
 KBAR_TO_EV_A3 = 0.1 / 160.21766208  # 1 kBar = 0.1 GPa; 1 eV/A^3 = 160.21766208 GPa
 ATOL = 1e-7  # extxyz writes positions and forces with 8 decimals
@@ -400,6 +401,29 @@ def test_validate_atoms():
     keys = {"energy": "E", "forces": "F", "stress": None}
     assert validate_atoms(renamed, "f", 0, keys=keys) is None
     assert frame_message(renamed, "f", 0) == "f: frame 0: missing energy"
+
+
+def test_batch_check_gives_each_frame_its_own_first_problem():
+    """Checks vectorised over a batch give every frame the problem it has alone; a frame with
+    several problems gets the first in the order of checks, whatever its neighbours have."""
+    nan_cell = good(5)
+    nan_cell.cell[0, 0] = np.nan
+    several = bad_frame("non-finite forces")  # ... and an unknown element, checked earlier
+    BAD["unknown element"](several)
+    del several.info["REF_energy"]
+    voigt = good(6)
+    voigt.info["REF_stress"] = np.array([np.nan, 0, 0, 0, 0, 0])
+    frames = [good(0), *(bad_frame(r) for r in sorted(BAD)), nan_cell, several, voigt, good(1)]
+    alone = [atoms_problem(a, "f", k) for k, a in enumerate(frames)]
+    assert [p and p[0] for p in alone] == [None, *sorted(BAD), "non-finite cell",
+                                           "unknown element", "non-finite stress", None]
+    assert atoms_problems(frames, "f") == alone
+    assert atoms_problems(frames[::-1], "f") == alone[::-1]
+    assert atoms_problems(frames, "f", check_overlap=False) == [
+        None if p and p[0] == "overlapping atoms" else p for p in alone]
+    assert alone[sorted(BAD).index("unknown element") + 1] == (
+        "unknown element", "atomic number 0 at atom 1")
+    assert alone[sorted(BAD).index("non-finite forces") + 1] == ("non-finite forces", "1 values")
 
 
 def test_unknown_stress_unit_and_missing_input(tmp_path):

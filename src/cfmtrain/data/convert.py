@@ -1,7 +1,7 @@
 """Convert a data set (extxyz, zip of extxyz, ASE db, MPtrj JSON) into the pipeline's frames.
 
 Output: `OUTPUT_DIR/frames_0000.extxyz ...` (round-robin shards, MACE keys) and `manifest.json`,
-written last. `validate_atoms` is the one check of a frame that every stage shares.
+written last. Frames are checked by cfmtrain.data.validate, the check every stage shares.
 """
 
 from __future__ import annotations
@@ -15,13 +15,21 @@ import sys
 import zipfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from ase import Atoms, units
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.data.validate import (
+    InvalidFrameError,
+    RawFrame,
+    check_frame,
+    format_problem,
+    frame_labels,
+    raw_from_atoms,
+)
 
 # Factor from the source's unit/sign convention to eV/A^3 in ASE's sign convention
 # (positive = tensile; VASP reports compressive stress as positive, hence the minus).
@@ -32,225 +40,14 @@ STRESS_UNITS: dict[str, float] = {
     "GPa-vasp": -units.GPa,
     "kBar-vasp": -0.1 * units.GPa,
 }
-MIN_DISTANCE = 0.1  # Angstrom: closer atoms are an error
-# The overlap search runs vesin at this radius and keeps pairs below MIN_DISTANCE: vesin bins space
-# by its cutoff, and 0.1 A bins make it ~20-1000x slower (88 ms vs 4 ms for 768 atoms of water).
-OVERLAP_SEARCH_RADIUS = 2.0
-MIN_ABS_DET = 1e-6  # Angstrom^3: smaller |det(cell)| with any periodic direction is singular
 EXTXYZ_SUFFIXES = (".extxyz", ".xyz")
 SHARD_NAME = "frames_{:04d}.extxyz"
 MANIFEST = "manifest.json"
 
 
-class InvalidFrameError(ValueError):
-    """A frame that cannot be used; the message names the file, the frame and the reason."""
-
-    def __init__(self, source: str, index: int | str, reason: str, detail: str) -> None:
-        self.source, self.index, self.reason, self.detail = source, index, reason, detail
-        super().__init__(format_problem(source, index, reason, detail))
-
-
-def format_problem(source: str, index: int | str, reason: str, detail: str) -> str:
-    """`file: frame i: reason (detail)`."""
-    return f"{source}: frame {index}: {reason}" + (f" ({detail})" if detail else "")
-
-
-@dataclass
-class RawFrame:
-    """A frame as read from a source, labels not yet checked or converted."""
-
-    source: str
-    index: int | str
-    numbers: np.ndarray
-    positions: np.ndarray
-    cell: np.ndarray
-    pbc: np.ndarray
-    energy: object = None
-    forces: object = None
-    stress: object = None
-    stress_factor: float = 1.0
-    info: dict = field(default_factory=dict)
-    arrays: dict = field(default_factory=dict)
-    problem: tuple[str, str] | None = None  # set by a reader for malformed records
-
-
-# ---------------------------------------------------------------- validation
-
-
-def read_label(atoms: Atoms, key: str | None, per_atom: bool = False) -> object:
-    """`key` from atoms.arrays / atoms.info, else from the attached calculator's results."""
-    if key is None:
-        return None
-    if per_atom and key in atoms.arrays:
-        return atoms.arrays[key]
-    if key in atoms.info:
-        return atoms.info[key]
-    results = getattr(atoms.calc, "results", None) or {}
-    return results.get(key)
-
-
-def raw_from_atoms(atoms: Atoms, source: str, index: int | str, energy_key: str = "REF_energy",
-                   forces_key: str = "REF_forces", stress_key: str | None = "REF_stress",
-                   stress_factor: float = 1.0) -> RawFrame:
-    """Wrap an ase.Atoms and its labels (under the given keys) as a RawFrame."""
-    labels = {energy_key, forces_key, stress_key, "config_type"}
-    info = {k: v for k, v in atoms.info.items()
-            if k not in labels and isinstance(v, (str, int, float, np.integer, np.floating))}
-    if "config_type" in atoms.info:
-        info["source_config_type"] = atoms.info["config_type"]
-    return RawFrame(
-        source=source, index=index, numbers=atoms.numbers, positions=atoms.positions,
-        cell=atoms.cell.array, pbc=atoms.pbc, energy=read_label(atoms, energy_key),
-        forces=read_label(atoms, forces_key, per_atom=True),
-        stress=read_label(atoms, stress_key), stress_factor=stress_factor, info=info,
-    )
-
-
-def _stress_3x3(stress: object) -> np.ndarray | None:
-    from ase.stress import voigt_6_to_full_3x3_stress
-
-    s = np.asarray(stress, dtype=float)
-    if s.shape == (6,):
-        return voigt_6_to_full_3x3_stress(s)
-    if s.shape in ((9,), (3, 3)):
-        return s.reshape(3, 3)
-    return None
-
-
-def _labels(frame: RawFrame) -> tuple[float, np.ndarray, np.ndarray | None]:
-    """Energy, forces and stress (converted) as floats; raises (reason, detail) on failure."""
-    n = len(frame.numbers)
-    if frame.energy is None:
-        raise _Problem("missing energy", "")
-    try:
-        energy = float(np.asarray(frame.energy, dtype=float).reshape(()))
-    except (TypeError, ValueError) as err:
-        raise _Problem("bad energy", str(err)) from None
-    if frame.forces is None:
-        raise _Problem("missing forces", "")
-    try:
-        forces = np.asarray(frame.forces, dtype=float)
-    except (TypeError, ValueError) as err:
-        raise _Problem("bad forces", str(err)) from None
-    if forces.shape != (n, 3):
-        raise _Problem("bad forces", f"shape {forces.shape}, expected ({n}, 3)")
-    stress = None
-    if frame.stress is not None:
-        try:
-            stress = _stress_3x3(frame.stress)
-        except (TypeError, ValueError) as err:
-            raise _Problem("bad stress", str(err)) from None
-        if stress is None:
-            raise _Problem("bad stress", f"shape {np.shape(frame.stress)}, expected 3x3 or 6")
-        stress = stress * frame.stress_factor
-    return energy, forces, stress
-
-
-class _Problem(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(reason, detail)
-        self.reason, self.detail = reason, detail
-
-
-def check_frame(frame: RawFrame, check_overlap: bool = True) -> tuple[str, str] | None:
-    """(reason, detail) of the first problem of a frame, or None if it is usable."""
-    if frame.problem is not None:
-        return frame.problem
-    try:
-        _check_structure(frame)
-        energy, forces, stress = _labels(frame)
-        if not np.isfinite(energy):
-            raise _Problem("non-finite energy", f"energy = {energy}")
-        if not np.isfinite(forces).all():
-            raise _Problem("non-finite forces", f"{int((~np.isfinite(forces)).sum())} values")
-        if stress is not None and not np.isfinite(stress).all():
-            raise _Problem("non-finite stress", "")
-        if check_overlap:
-            _check_overlap(frame)
-    except _Problem as p:
-        return p.reason, p.detail
-    return None
-
-
-def _check_structure(frame: RawFrame) -> None:
-    numbers = np.asarray(frame.numbers)
-    if len(numbers) == 0:
-        raise _Problem("empty frame", "no atoms")
-    bad = (numbers < 1) | (numbers > 118)
-    if bad.any():
-        raise _Problem("unknown element", f"atomic number {int(numbers[bad][0])} at atom "
-                       f"{int(np.flatnonzero(bad)[0])}")
-    if not np.isfinite(frame.positions).all():
-        raise _Problem("non-finite positions", "")
-    cell = np.asarray(frame.cell, dtype=float)
-    if not np.isfinite(cell).all():
-        raise _Problem("non-finite cell", "")
-    if np.any(frame.pbc) and abs(np.linalg.det(cell)) < MIN_ABS_DET:
-        raise _Problem("singular cell with periodic boundaries",
-                       f"|det(cell)| = {abs(np.linalg.det(cell)):.3g} A^3, pbc = "
-                       f"{[bool(p) for p in frame.pbc]}")
-
-
-def _check_overlap(frame: RawFrame) -> None:
-    """Atoms (or an atom and a periodic image) closer than MIN_DISTANCE."""
-    from vesin import NeighborList
-
-    if len(frame.numbers) < 2 and not np.any(frame.pbc):
-        return
-    nl = NeighborList(cutoff=OVERLAP_SEARCH_RADIUS, full_list=False)
-    i, j, d = nl.compute(np.asarray(frame.positions, dtype=float),
-                         np.asarray(frame.cell, dtype=float),
-                         [bool(p) for p in frame.pbc], "ijd")
-    close = d < MIN_DISTANCE
-    if close.any():
-        i, j, d = i[close], j[close], d[close]
-        k = int(np.argmin(d))
-        raise _Problem("overlapping atoms", f"atoms {int(i[k])} and {int(j[k])} are "
-                       f"{d[k]:.4f} A apart, minimum {MIN_DISTANCE} A")
-
-
-def atoms_problem(atoms: Atoms, source: str | os.PathLike, index: int | str,
-                  keys: dict[str, str | None] | None = None,
-                  check_overlap: bool = True) -> tuple[str, str] | None:
-    """(reason, detail) of the first problem of a labelled frame, or None. Pure.
-
-    `keys` maps "energy"/"forces"/"stress" to the frame's key names (default MACE's REF_*).
-    """
-    keys = {"energy": "REF_energy", "forces": "REF_forces", "stress": "REF_stress",
-            **(keys or {})}
-    frame = raw_from_atoms(atoms, str(source), index, keys["energy"], keys["forces"],
-                           keys["stress"])
-    return check_frame(frame, check_overlap)
-
-
-def frame_message(atoms: Atoms, source: str | os.PathLike, index: int | str,
-                  keys: dict[str, str | None] | None = None,
-                  check_overlap: bool = True) -> str | None:
-    """None if the frame is usable, else `file: frame i: reason (detail)`. Pure."""
-    problem = atoms_problem(atoms, source, index, keys, check_overlap)
-    return None if problem is None else format_problem(str(source), index, *problem)
-
-
-def validate_atoms(atoms: Atoms, source: str | os.PathLike, index: int | str,
-                   keys: dict[str, str | None] | None = None,
-                   check_overlap: bool = True) -> None:
-    """Return None for a usable frame; raise InvalidFrameError (file, frame, reason) otherwise.
-
-    Checks: empty frame, unknown element (Z outside 1..118, e.g. 'X'), NaN/inf in positions,
-    cell, energy, forces or stress, missing energy or forces, a singular cell with periodic
-    boundaries, atoms (or periodic images) closer than 0.1 A. `keys` maps "energy"/"forces"/
-    "stress" to key names (default REF_*). A caller that builds its own neighbour list may pass
-    `check_overlap=False` and test its edge lengths against MIN_DISTANCE. No side effects; use
-    `frame_message` for the message as a string instead of an exception.
-    """
-    problem = atoms_problem(atoms, source, index, keys, check_overlap)
-    if problem is not None:
-        raise InvalidFrameError(str(source), index, *problem)
-
-
 def build_atoms(frame: RawFrame, config_type: str) -> Atoms:
     """The checked frame as ase.Atoms with MACE's keys (REF_energy, REF_forces, REF_stress)."""
-    energy, forces, stress = _labels(frame)
+    energy, forces, stress = frame_labels(frame)
     atoms = Atoms(numbers=frame.numbers, positions=frame.positions, cell=frame.cell,
                   pbc=frame.pbc)
     atoms.info.update(frame.info)

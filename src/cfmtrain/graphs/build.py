@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -19,48 +20,57 @@ from ase.stress import voigt_6_to_full_3x3_stress
 from tqdm import tqdm
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.data.validate import MIN_DISTANCE, InvalidFrameError, atoms_problems
 from cfmtrain.graphs.neighbors import radius_graph
 from cfmtrain.graphs.store import write_shard
 
 KEYS = {"energy": "REF_energy", "forces": "REF_forces", "stress": "REF_stress"}
+CHUNK = 128  # frames validated together: the checks are vectorised over a chunk's arrays
 
 
 def atoms_to_graph(atoms: Atoms, cutoff: float, keys: dict[str, str] = KEYS) -> dict:
     """One labelled structure as a graph dict in GraphStore's fields (without validation)."""
-    graph = radius_graph(atoms.positions, atoms.cell.array, atoms.pbc, cutoff)
-    stress = atoms.info.get(keys["stress"])
+    arrays, info, cell, pbc = atoms.arrays, atoms.info, atoms.cell.array, atoms.pbc
+    graph = radius_graph(arrays["positions"], cell, pbc, cutoff)
+    stress = info.get(keys["stress"])
     if stress is not None:
         stress = np.asarray(stress, dtype=np.float64)
         stress = voigt_6_to_full_3x3_stress(stress) if stress.size == 6 else stress.reshape(3, 3)
     return {
-        "positions": atoms.positions, "numbers": atoms.numbers, "cell": atoms.cell.array,
-        "pbc": atoms.pbc, "edge_index": graph.edge_index, "unit_shifts": graph.unit_shifts,
-        "energy": float(atoms.info[keys["energy"]]), "forces": atoms.arrays[keys["forces"]],
-        "stress": stress, "subset": str(atoms.info.get("config_type", "default")),
+        "positions": arrays["positions"], "numbers": arrays["numbers"], "cell": cell, "pbc": pbc,
+        "edge_index": graph.edge_index, "unit_shifts": graph.unit_shifts,
+        "energy": float(info[keys["energy"]]), "forces": arrays[keys["forces"]],
+        "stress": stress, "subset": str(info.get("config_type", "default")),
         "min_length": graph.min_length,
     }
 
 
 def build_graphs(frames: Iterable[Atoms], source: str, cutoff: float, skip_invalid: bool,
-                 skipped: collections.Counter, keys: dict[str, str] = KEYS) -> Iterator[dict]:
-    """Validate and convert frames; invalid ones raise or, with skip_invalid, are counted."""
-    from cfmtrain.data.convert import MIN_DISTANCE, InvalidFrameError, validate_atoms
+                 skipped: collections.Counter, keys: dict[str, str] = KEYS,
+                 chunk_size: int = CHUNK) -> Iterator[dict]:
+    """Validate and convert frames; invalid ones raise or, with skip_invalid, are counted.
 
-    for index, atoms in enumerate(frames):
-        try:
-            # the overlap check reuses the radius graph's shortest edge instead of a second search
-            validate_atoms(atoms, source, index, keys=keys, check_overlap=False)
-            graph = atoms_to_graph(atoms, cutoff, keys)
-            if graph.pop("min_length") < MIN_DISTANCE:
-                raise InvalidFrameError(source, index, "overlapping atoms",
-                                        f"two atoms closer than {MIN_DISTANCE} A")
-        except InvalidFrameError as err:
-            if not skip_invalid:
-                raise
-            skipped[err.reason] += 1
-            continue
-        graph["source_index"] = index
-        yield graph
+    Frames are validated `chunk_size` at a time, then turned into graphs in order, so the error
+    (or skip) is always that of the first invalid frame, as with one frame at a time."""
+    frames = iter(frames)
+    index = 0
+    while chunk := list(itertools.islice(frames, chunk_size)):
+        problems = atoms_problems(chunk, source, index, keys=keys, check_overlap=False)
+        for atoms, problem in zip(chunk, problems, strict=True):
+            graph = None
+            if problem is None:
+                graph = atoms_to_graph(atoms, cutoff, keys)
+                # the overlap check reuses the radius graph's shortest edge (no second search)
+                if graph.pop("min_length") < MIN_DISTANCE:
+                    problem = ("overlapping atoms", f"two atoms closer than {MIN_DISTANCE} A")
+            if problem is None:
+                graph["source_index"] = index
+                yield graph
+            elif skip_invalid:
+                skipped[problem[0]] += 1
+            else:
+                raise InvalidFrameError(source, index, *problem)
+            index += 1
 
 
 def build_shard(source: Path, output: Path, cutoff: float, skip_invalid: bool = False) -> dict:

@@ -30,39 +30,61 @@ def write_shard(path: str | Path, graphs: Iterable[dict], *, cutoff: float,
                 attrs: dict | None = None) -> int:
     """Write graphs (dicts with the GraphStore fields plus `subset` name and `source_index`) to
     one HDF5 shard atomically; returns the number of graphs written."""
-    columns: dict[str, list] = {k: [] for k in (*ATOM_FIELDS, *EDGE_FIELDS, *GRAPH_FIELDS)}
-    senders, receivers, num_atoms, num_edges, subset_ids = [], [], [], [], []
-    subset_names: dict[str, int] = {}
-    for g in graphs:
-        for k in ATOM_FIELDS:
-            columns[k].append(g[k])
-        columns["unit_shifts"].append(_int8_shifts(g["unit_shifts"]))
-        senders.append(g["edge_index"][0])
-        receivers.append(g["edge_index"][1])
-        stress = g.get("stress")
-        columns["has_stress"].append(stress is not None)
-        columns["stress"].append(np.zeros((3, 3)) if stress is None else stress)
-        for k in ("cell", "pbc", "energy", "source_index"):
-            columns[k].append(g[k])
-        num_atoms.append(len(g["numbers"]))
-        num_edges.append(g["edge_index"].shape[1])
-        subset_ids.append(subset_names.setdefault(g["subset"], len(subset_names)))
+    columns = _collect(graphs)
+    num_edges = columns.pop("num_edges")
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f.attrs.update({"format_version": FORMAT_VERSION, "cutoff": cutoff,
-                        "subset_names": json.dumps(list(subset_names)), **(attrs or {})})
-        _write_table(f, num_atoms, num_edges, subset_ids)
+                        "subset_names": json.dumps(columns.pop("subset_names")),
+                        **(attrs or {})})
+        _write_table(f, columns.pop("num_atoms"), num_edges, columns.pop("subsets"))
         for k, dtype in ATOM_FIELDS.items():
             _write_concat(f, k, columns[k], dtype, (0, 3) if k != "numbers" else (0,))
         _write_concat(f, "unit_shifts", columns["unit_shifts"], np.int8, (0, 3))
         edges = np.empty((2, sum(num_edges)), np.int32)
-        for row, parts in enumerate((senders, receivers)):
+        for row, parts in enumerate((columns["senders"], columns["receivers"])):
             if parts:
                 np.concatenate(parts, out=edges[row], casting="unsafe")
         f.create_dataset("edge_index", data=edges)
         for k, (dtype, shape) in GRAPH_FIELDS.items():
-            data = np.asarray(columns[k], dtype=dtype).reshape((len(num_atoms), *shape))
+            data = np.asarray(columns[k], dtype=dtype).reshape((len(num_edges), *shape))
             f.create_dataset(k, data=data)
-    return len(num_atoms)
+    return len(num_edges)
+
+
+_INT8 = np.dtype(np.int8)
+_NO_STRESS = np.zeros((3, 3))
+
+
+def _collect(graphs: Iterable[dict]) -> dict[str, list]:
+    """The graphs' arrays as lists of parts per stored field (one pass, plain list appends)."""
+    names = ("positions", "numbers", "forces", "unit_shifts", "senders", "receivers", "cell",
+             "pbc", "energy", "stress", "has_stress", "source_index", "num_atoms", "num_edges",
+             "subsets")
+    columns: dict[str, list] = {k: [] for k in names}
+    (positions, numbers, forces, shifts, senders, receivers, cells, pbcs, energies, stresses,
+     has_stress, source_index, num_atoms, num_edges, subsets) = columns.values()
+    subset_names: dict[str, int] = {}
+    for g in graphs:
+        positions.append(g["positions"])
+        numbers.append(g["numbers"])
+        forces.append(g["forces"])
+        s = g["unit_shifts"]
+        shifts.append(s if isinstance(s, np.ndarray) and s.dtype is _INT8 else _int8_shifts(s))
+        edge_index = g["edge_index"]
+        senders.append(edge_index[0])
+        receivers.append(edge_index[1])
+        stress = g.get("stress")
+        has_stress.append(stress is not None)
+        stresses.append(_NO_STRESS if stress is None else stress)
+        cells.append(g["cell"])
+        pbcs.append(g["pbc"])
+        energies.append(g["energy"])
+        source_index.append(g["source_index"])
+        num_atoms.append(len(g["numbers"]))
+        num_edges.append(edge_index.shape[1])
+        subsets.append(subset_names.setdefault(g["subset"], len(subset_names)))
+    columns["subset_names"] = list(subset_names)
+    return columns
 
 
 def _int8_shifts(shifts: np.ndarray) -> np.ndarray:
