@@ -88,7 +88,9 @@ def test_empty_shard(tmp_path):
 
 
 def _read_in_child(store, queue):
-    queue.put(store[0]["positions"].sum())
+    inherited = store._handles[0]  # the parent's open h5py handle, copied by fork
+    total = store[0]["positions"].sum()
+    queue.put((total, store._handles[0] is not inherited))
 
 
 def test_fork_reopens_handles_and_pickles(tmp_path):
@@ -100,9 +102,34 @@ def test_fork_reopens_handles_and_pickles(tmp_path):
     child = ctx.Process(target=_read_in_child, args=(store, queue))
     child.start()
     child.join(30)
-    assert child.exitcode == 0 and queue.get(timeout=5) == expected
+    assert child.exitcode == 0 and queue.get(timeout=5) == (expected, True)
     clone = pickle.loads(pickle.dumps(store))
     assert clone[0]["positions"].sum() == expected
+
+
+def test_dataloader_workers_read_the_store(tmp_path):
+    """Forked DataLoader workers read every graph, with handles first opened in the parent."""
+    import torch
+
+    write_shard(tmp_path / "shard_0000.h5", graphs_of(sample_frames()), cutoff=CUTOFF)
+    store = GraphStore(tmp_path)
+    expected = [float(store[i]["positions"].sum()) for i in range(len(store))]
+    loader = torch.utils.data.DataLoader(_PositionSums(store), batch_size=None, num_workers=2,
+                                         multiprocessing_context="fork")
+    assert [float(x) for x in loader] == expected
+
+
+class _PositionSums:
+    """A map-style dataset over a GraphStore (one number per graph)."""
+
+    def __init__(self, store: GraphStore) -> None:
+        self.store = store
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def __getitem__(self, i: int) -> float:
+        return float(self.store[i]["positions"].sum())
 
 
 def test_failed_write_leaves_no_file(tmp_path):
