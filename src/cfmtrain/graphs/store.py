@@ -51,7 +51,6 @@ def write_shard(path: str | Path, graphs: Iterable[dict], *, cutoff: float,
     return len(num_edges)
 
 
-_INT8 = np.dtype(np.int8)
 _NO_STRESS = np.zeros((3, 3))
 
 
@@ -68,8 +67,7 @@ def _collect(graphs: Iterable[dict]) -> dict[str, list]:
         positions.append(g["positions"])
         numbers.append(g["numbers"])
         forces.append(g["forces"])
-        s = g["unit_shifts"]
-        shifts.append(s if isinstance(s, np.ndarray) and s.dtype is _INT8 else _int8_shifts(s))
+        shifts.append(_int8_shifts(g["unit_shifts"]))
         edge_index = g["edge_index"]
         senders.append(edge_index[0])
         receivers.append(edge_index[1])
