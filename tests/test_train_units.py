@@ -244,7 +244,7 @@ def test_step_counts_and_matched_cell():
 
     sizes = np.random.default_rng(1).integers(1, 40, 101)
     cfg = config_mod.load_config(overrides=["variant=balancer", "batch.capacity=120"])
-    samplers = [make_train_sampler(cfg, sizes, 10 * sizes, r, 3) for r in range(3)]
+    samplers = [make_train_sampler(cfg, sizes, 10 * sizes, r, 3)[0] for r in range(3)]
     counts = global_step_counts(samplers[0], sizes).numpy()
     steps = [list(s) for s in samplers]
     assert len(counts) == len(steps[0]) == len(steps[2])
@@ -256,7 +256,7 @@ def test_step_counts_and_matched_cell():
     assert sorted(i for rank in steps for b in rank for i, w in b if w) == list(range(101))
     bins = 3 * len(counts)
     cfg.variant = "matched"
-    matched = make_train_sampler(cfg, sizes, 10 * sizes, 0, 3)
+    matched = make_train_sampler(cfg, sizes, 10 * sizes, 0, 3)[0]
     assert {len(b) for b in list(matched)[:-1]} == {round(101 / bins)}
 
 

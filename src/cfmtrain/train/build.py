@@ -14,6 +14,7 @@ from torch_ema import ExponentialMovingAverage
 from cfmtrain.data.split import load_split
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.train import model as model_mod
+from cfmtrain.train.capacity import Capacity
 from cfmtrain.train.config import TrainConfig
 from cfmtrain.train.data import GraphDataset, make_loader, nested_subset
 from cfmtrain.train.distenv import DistEnv
@@ -45,6 +46,7 @@ class Run:
     valid_set: GraphDataset
     test_set: GraphDataset
     kernel_backend: str
+    capacity: Capacity
     dataset: str = ""
     global_step: int = 0
     train_errors: ErrorSums = dataclasses.field(default_factory=ErrorSums)
@@ -147,10 +149,10 @@ def build_run(cfg: TrainConfig, graphs: Path | list[Path], split: Path, out: Pat
     use_stress = cfg.optim.stress_weight > 0
     sets = {name: GraphDataset(store, idx, z_table, r_max, dtype, use_stress)
             for name, idx in parts.items()}
-    sampler = make_train_sampler(cfg, sets["train"].num_atoms, sets["train"].num_edges,
-                                 env.rank, env.world_size)
+    sampler, capacity = make_train_sampler(cfg, sets["train"].num_atoms,
+                                           sets["train"].num_edges, env.rank, env.world_size)
     return Run(cfg=cfg, env=env, device=device, out=out, store=store, parts=parts,
                stats=data_stats, model=model, ddp=ddp, params=params, optimizer=optimizer,
                scheduler=make_scheduler(cfg, optimizer), ema=ema, sampler=sampler,
                train_set=sets["train"], valid_set=sets["valid"], test_set=sets["test"],
-               kernel_backend=backend)
+               kernel_backend=backend, capacity=capacity)

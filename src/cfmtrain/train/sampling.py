@@ -4,39 +4,51 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import torch
 
+from cfmtrain.train.capacity import Capacity, resolve_capacity
 from cfmtrain.train.config import TrainConfig
 
 
-def _sampler(sizes: np.ndarray, cfg: TrainConfig, rank: int, world_size: int, strategy: str,
-             **options):
+def _sampler(sizes: np.ndarray, capacity: Capacity, cfg: TrainConfig, rank: int,
+             world_size: int, strategy: str, **options):
     from cfmtrain.balance import DistributedBinPackSampler
 
-    return DistributedBinPackSampler(sizes, cfg.batch.capacity, world_size, rank, seed=cfg.seed,
+    if strategy == "algorithm1" and capacity.source == "auto":
+        options["oversize"] = "own_bin"  # auto: a graph above the capacity gets its own bin
+    return DistributedBinPackSampler(sizes, capacity.value, world_size, rank, seed=cfg.seed,
                                      shuffle=True, strategy=strategy, with_weights=True,
                                      **options)
 
 
-def matched_graphs_per_batch(sizes: np.ndarray, cfg: TrainConfig, world_size: int) -> int:
+def matched_graphs_per_batch(sizes: np.ndarray, capacity: Capacity, cfg: TrainConfig,
+                             world_size: int) -> int:
     """The fixed graph count with the balancer's mean load per batch: graphs / bins of
     Algorithm 1 at this capacity and rank count (so also about the same number of steps)."""
-    bins = len(_sampler(sizes, cfg, 0, world_size, "algorithm1").plan)
+    bins = len(_sampler(sizes, capacity, cfg, 0, world_size, "algorithm1").plan)
     return max(1, int(round(len(sizes) / max(1, bins))))
 
 
 def make_train_sampler(cfg: TrainConfig, num_atoms: np.ndarray, num_edges: np.ndarray,
-                       rank: int, world_size: int):
+                       rank: int, world_size: int) -> tuple[object, Capacity]:
     """This rank's batch sampler over positions 0..len(num_atoms)-1 of the training set,
-    computed identically on every rank from (sizes, seed, epoch); yields (index, weight)."""
+    computed identically on every rank from (sizes, seed, epoch), yielding (index, weight);
+    and the balancer capacity the run uses (config `batch.capacity`, `auto` resolved)."""
     sizes = num_atoms if cfg.batch.size == "atoms" else num_edges
+    capacity, warning = resolve_capacity(cfg.batch.capacity, sizes, cfg.batch.graphs_per_batch,
+                                         world_size, cfg.batch.size)
+    if warning and rank == 0 and cfg.balanced:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     if cfg.balanced:
-        return _sampler(sizes, cfg, rank, world_size, "algorithm1")
+        return _sampler(sizes, capacity, cfg, rank, world_size, "algorithm1"), capacity
     count = cfg.batch.graphs_per_batch
     if cfg.variant == "matched":
-        count = matched_graphs_per_batch(sizes, cfg, world_size)
-    return _sampler(sizes, cfg, rank, world_size, "fixed_count", graphs_per_batch=count)
+        count = matched_graphs_per_batch(sizes, capacity, cfg, world_size)
+    return (_sampler(sizes, capacity, cfg, rank, world_size, "fixed_count",
+                     graphs_per_batch=count), capacity)
 
 
 def global_step_counts(sampler, num_atoms: np.ndarray) -> torch.Tensor:
