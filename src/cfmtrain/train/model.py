@@ -5,13 +5,16 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import mace  # noqa: F401  (before e3nn: mace sets up torch.load for e3nn's constants)
 import numpy as np
 import torch
+from ase.data import atomic_numbers, chemical_symbols
 from e3nn import o3
 from mace import modules
 from mace.tools import AtomicNumberTable
@@ -27,10 +30,54 @@ class DataStats:
     """Training-set statistics the model is built from (plain data, saved in checkpoints)."""
 
     zs: list[int]
-    e0s: list[float]  # per element of zs, eV (least squares over the training set)
+    e0s: list[float]  # per element of zs, eV
     avg_num_neighbors: float
     mean: float  # mean per-atom energy after E0s (ScaleShiftMACE shift)
     std: float  # RMS of the force components (mace-torch's rms_forces_scaling)
+    e0s_method: str = "fit"  # fit, average, or where given values came from
+
+
+def e0_values(setting: str | dict, zs: list[int]) -> dict[int, float] | None:
+    """Given E0s for the elements `zs` from config `model.e0s` (a mapping from element symbol or
+    atomic number to eV, or a JSON file of one), or None for `fit`/`average`."""
+    if setting in ("fit", "average"):
+        return None
+    source = setting
+    if isinstance(setting, str):
+        path = Path(setting)
+        if not path.is_file():
+            raise ValueError(f"config model.e0s: {setting!r} is neither fit, average nor a file")
+        try:
+            setting = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not a JSON mapping of element to E0 in eV: {err}") from None
+    values = {}
+    for key, value in dict(setting).items():
+        z = int(key) if str(key).isdigit() else atomic_numbers.get(str(key))
+        if z is None or not isinstance(value, int | float) or not np.isfinite(value):
+            raise ValueError(f"{source}: E0 entry {key!r}: {value!r} is not an element and a "
+                             "finite energy in eV")
+        values[z] = float(value)
+    missing = [chemical_symbols[z] for z in zs if z not in values]
+    if missing:
+        raise ValueError(f"{source}: no E0 for {', '.join(missing)} (elements of the data set; "
+                         f"given: {', '.join(chemical_symbols[z] for z in sorted(values))})")
+    return values
+
+
+def _mace_average_e0s(store: GraphStore, train: np.ndarray, zs: list[int]) -> np.ndarray:
+    """mace-torch's own `E0s="average"` (a least-squares fit, by its compute_average_E0s)."""
+    from mace.data.utils import compute_average_E0s
+
+    configs = []
+    for index in train:
+        g = store[int(index)]
+        configs.append(SimpleNamespace(atomic_numbers=g["numbers"],
+                                       properties={"energy": g["energy"]}))
+    e0 = np.zeros(MAX_Z)
+    for z, value in compute_average_E0s(configs, AtomicNumberTable(zs)).items():
+        e0[z] = value
+    return e0
 
 
 def _stat_sums(store: GraphStore, indices: np.ndarray) -> np.ndarray:
@@ -52,9 +99,10 @@ def _stat_sums(store: GraphStore, indices: np.ndarray) -> np.ndarray:
 
 
 def compute_stats(store: GraphStore, train: np.ndarray, extra_zs: np.ndarray,
-                  rank: int = 0, world_size: int = 1) -> DataStats:
+                  rank: int = 0, world_size: int = 1, e0s: str | dict = "fit") -> DataStats:
     """Statistics over the training graphs, each rank reading a share, summed by all-reduce.
-    `extra_zs` are elements of the validation/test graphs the model must also know."""
+    `extra_zs` are elements of the validation/test graphs the model must also know; `e0s` is
+    config `model.e0s` (fit: least squares here; average: mace-torch's; or given values)."""
     sums = torch.from_numpy(_stat_sums(store, train[rank::world_size]))
     if world_size > 1:
         torch.distributed.all_reduce(sums)
@@ -66,13 +114,22 @@ def compute_stats(store: GraphStore, train: np.ndarray, extra_zs: np.ndarray,
     present = np.flatnonzero(np.diag(ata) > 0)
     zs = sorted(set(present.tolist()) | set(np.asarray(extra_zs, int).tolist()))
     e0 = np.zeros(MAX_Z)
-    # lstsq on the normal equations = mace-torch's min-norm lstsq on the count matrix
-    e0[present] = np.linalg.lstsq(ata[np.ix_(present, present)], atb[present], rcond=None)[0]
+    given = e0_values(e0s, zs)
+    if given is not None:
+        e0[list(given)] = list(given.values())
+        method = e0s if isinstance(e0s, str) else "mapping"
+    elif e0s == "average":
+        e0 = _mace_average_e0s(store, train, [int(z) for z in present])
+        method = "average"
+    else:  # lstsq on the normal equations = mace-torch's min-norm lstsq on the count matrix
+        e0[present] = np.linalg.lstsq(ata[np.ix_(present, present)], atb[present],
+                                      rcond=None)[0]
+        method = "fit"
     mean = (e_over_n - c_over_n @ e0) / graphs
     rms = float(np.sqrt(f2 / f_comps)) if f_comps else 1.0
     return DataStats(zs=[int(z) for z in zs], e0s=[float(e0[z]) for z in zs],
                      avg_num_neighbors=float(edges / max(receivers, 1)), mean=float(mean),
-                     std=rms if rms > 1e-8 else 1.0)
+                     std=rms if rms > 1e-8 else 1.0, e0s_method=method)
 
 
 def store_elements(store: GraphStore, indices: np.ndarray) -> np.ndarray:

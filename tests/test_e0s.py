@@ -1,0 +1,81 @@
+"""E0s of the model: fitted, mace-torch's `average`, or given (a mapping or a JSON file)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from mace import modules
+from mace.data import AtomicData, KeySpecification, config_from_atoms
+from mace.data.utils import compute_average_E0s
+from mace.tools import AtomicNumberTable
+from mace.tools.torch_geometric.dataloader import Collater
+from test_train_units import CUTOFF, make_store
+
+from cfmtrain.graphs import store as store_mod
+from cfmtrain.train import model as model_mod
+
+KEYS = KeySpecification(info_keys={"energy": "REF_energy"}, arrays_keys={"forces": "REF_forces"})
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("e0store"), n=12)
+
+
+def stats_with(folder, e0s):
+    st = store_mod.GraphStore(folder)
+    return model_mod.compute_stats(st, np.arange(len(st)), np.array([], int), e0s=e0s)
+
+
+def mace_mean(frames, e0: dict) -> float:
+    """mace-torch's energy shift (mean per-atom interaction energy) for the given E0s."""
+    z_table = AtomicNumberTable(sorted(e0))
+    configs = [config_from_atoms(a, key_specification=KEYS) for a in frames]
+    torch.set_default_dtype(torch.float64)
+    try:
+        batch = Collater([None], [None])([AtomicData.from_config(c, z_table=z_table,
+                                                                 cutoff=CUTOFF)
+                                          for c in configs])
+        mean, _ = modules.compute_mean_rms_energy_forces([batch],
+                                                         np.array([[e0[z] for z in z_table.zs]]))
+    finally:
+        torch.set_default_dtype(torch.float32)
+    return float(np.ravel(mean)[0])
+
+
+def test_average_is_mace_torchs_own(store):
+    folder, _, frames = store
+    stats = stats_with(folder, "average")
+    configs = [config_from_atoms(a, key_specification=KEYS) for a in frames]
+    expected = compute_average_E0s(configs, AtomicNumberTable(stats.zs))
+    assert stats.e0s_method == "average"
+    np.testing.assert_allclose(stats.e0s, [expected[z] for z in stats.zs], rtol=1e-9)
+    np.testing.assert_allclose(stats_with(folder, "fit").e0s, stats.e0s, rtol=1e-8, atol=1e-8)
+
+
+def test_given_e0s_by_symbol_number_or_file(store, tmp_path):
+    folder, _, frames = store
+    given = {"Cu": -1.25, "Ni": -0.5}
+    stats = stats_with(folder, given)
+    assert stats.e0s_method == "mapping" and stats.zs == [28, 29]
+    assert stats.e0s == [-0.5, -1.25]
+    assert stats.mean == pytest.approx(mace_mean(frames, {29: -1.25, 28: -0.5}), rel=1e-9)
+    path = tmp_path / "e0s.json"
+    path.write_text(json.dumps({"29": -1.25, "28": -0.5}))
+    from_file = stats_with(folder, str(path))
+    assert from_file.e0s == stats.e0s and from_file.e0s_method == str(path)
+
+
+def test_missing_or_bad_e0s_name_the_element_and_source(store, tmp_path):
+    folder, _, _ = store
+    with pytest.raises(ValueError, match=r"no E0 for Ni .*given: Cu"):
+        stats_with(folder, {"Cu": -1.0})
+    path = tmp_path / "e0s.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=rf"{path}: not a JSON mapping"):
+        stats_with(folder, str(path))
+    with pytest.raises(ValueError, match="'Qq'"):
+        stats_with(folder, {"Cu": -1.0, "Ni": -1.0, "Qq": 2.0})
+    with pytest.raises(ValueError, match="neither fit, average nor a file"):
+        stats_with(folder, "nonsense")
