@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from cfmtrain.bench.table import report
+from cfmtrain.malloc_env import MALLOC_ENV
 from cfmtrain.train.config import TrainConfig, load_config, to_dict
 from cfmtrain.train.summary import write_json
 
@@ -43,18 +44,22 @@ def export_extxyz(store, indices: np.ndarray, path: Path) -> None:
     ase.io.write(path, frames, format="extxyz")
 
 
-def mace_arguments(cfg: TrainConfig, r_max: float, work: Path) -> list[str]:
-    """mace_run_train options equal to cfmtrain's baseline settings `cfg`."""
+def mace_arguments(cfg: TrainConfig, r_max: float, work: Path, *, name: str = "check",
+                   e0s: str = "average", batch_size: int | None = None) -> list[str]:
+    """mace_run_train options equal to cfmtrain's baseline settings `cfg`: run `name` in
+    `work`, E0s `e0s` ("average" or a dict's repr, {Z: eV}), `batch_size` graphs per step
+    (default: cfg's graphs per batch of one rank)."""
     m, b, o = cfg.model, cfg.batch, cfg.optim
     options = {
-        "name": "check", "seed": cfg.seed, "work_dir": work, "train_file": work / "train.xyz",
-        "valid_file": work / "valid.xyz", "E0s": "average", "model": "ScaleShiftMACE",
+        "name": name, "seed": cfg.seed, "work_dir": work, "train_file": work / "train.xyz",
+        "valid_file": work / "valid.xyz", "E0s": e0s, "model": "ScaleShiftMACE",
         "scaling": "rms_forces_scaling", "interaction": "RealAgnosticResidualInteractionBlock",
         "interaction_first": "RealAgnosticResidualInteractionBlock",
         "hidden_irreps": m.hidden_irreps, "num_interactions": m.num_interactions,
         "max_ell": m.max_ell, "correlation": m.correlation, "num_radial_basis": m.num_bessel,
         "num_cutoff_basis": m.num_polynomial_cutoff, "radial_MLP": str(list(m.radial_mlp)),
-        "MLP_irreps": m.mlp_irreps, "r_max": r_max, "batch_size": b.graphs_per_batch,
+        "MLP_irreps": m.mlp_irreps, "r_max": r_max,
+        "batch_size": batch_size or b.graphs_per_batch,
         "valid_batch_size": b.valid_graphs_per_batch, "max_num_epochs": cfg.epochs,
         "lr": o.lr, "weight_decay": o.weight_decay, "ema_decay": o.ema_decay,
         "scheduler": "ReduceLROnPlateau", "lr_factor": o.lr_factor,
@@ -77,10 +82,20 @@ def step_stats(times: np.ndarray, epochs: np.ndarray) -> dict:
             "step_s_mean": float(later.mean()), "step_s_median": float(np.median(later))}
 
 
-def run_mace(cfg: TrainConfig, r_max: float, work: Path, env: dict) -> dict:
-    """mace_run_train in a subprocess; step times from its results/check_run-<seed>_train.txt."""
+def subprocess_env(threads: int) -> dict:
+    """This environment for a training subprocess: no torchrun rank variables, the allocator
+    settings, `threads` OpenMP threads, Python warnings off."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(MALLOC_ENV, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
+    return env
+
+
+def mace_process(arguments: list[str], work: Path, env: dict) -> float:
+    """mace_run_train with `arguments` in a subprocess in `work` (its output in
+    work/mace_run_train.log); the process's wall seconds."""
     # = the mace_run_train script, with this interpreter (its script may not be on PATH)
-    command = [sys.executable, "-m", "mace.cli.run_train", *mace_arguments(cfg, r_max, work)]
+    command = [sys.executable, "-m", "mace.cli.run_train", *arguments]
     t0 = time.perf_counter()
     with open(work / "mace_run_train.log", "w") as log:
         done = subprocess.run(command, env=env, cwd=work, stdout=log, stderr=subprocess.STDOUT)
@@ -88,8 +103,20 @@ def run_mace(cfg: TrainConfig, r_max: float, work: Path, env: dict) -> dict:
     if done.returncode:
         raise RuntimeError(f"mace_run_train failed ({done.returncode}); see "
                            f"{work / 'mace_run_train.log'}")
-    lines = (work / "results" / f"check_run-{cfg.seed}_train.txt").read_text().splitlines()
-    steps = [d for d in map(json.loads, lines) if d.get("mode") == "opt"]
+    return wall
+
+
+def mace_records(work: Path, name: str, seed: int, mode: str) -> list[dict]:
+    """mace_run_train's JSON records of `mode` ("opt": per step, "eval": per validation) from
+    work/results/<name>_run-<seed>_train.txt."""
+    lines = (work / "results" / f"{name}_run-{seed}_train.txt").read_text().splitlines()
+    return [d for d in map(json.loads, lines) if d.get("mode") == mode]
+
+
+def run_mace(cfg: TrainConfig, r_max: float, work: Path, env: dict) -> dict:
+    """mace_run_train in a subprocess; step times from its results/check_run-<seed>_train.txt."""
+    wall = mace_process(mace_arguments(cfg, r_max, work), work, env)
+    steps = mace_records(work, "check", cfg.seed, "opt")
     times = np.array([d["time"] for d in steps])
     return {"tool": "mace_run_train", **step_stats(times, np.array([d["epoch"] for d in steps])),
             "process_wall_s": wall}
@@ -198,7 +225,6 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from cfmtrain.graphs.store import GraphStore
-    from cfmtrain.malloc_env import MALLOC_ENV
     from cfmtrain.train.build import load_parts
     from cfmtrain.train.distenv import available_cpus
 
@@ -213,9 +239,7 @@ def run(args: argparse.Namespace) -> int:
     parts = load_parts(store, args.split, cfg)
     export_extxyz(store, parts["train"], work / "train.xyz")
     export_extxyz(store, parts["valid"], work / "valid.xyz")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(MALLOC_ENV, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
+    env = subprocess_env(threads)
     r_max = cfg.model.r_max or store.cutoff
     rows = [run_mace(cfg, r_max, work, env), run_cfmtrain(cfg, args.graphs, args.split, work, env)]
     torch.set_num_threads(threads)
