@@ -12,6 +12,7 @@ BENCHMARKS = {
     "graphs": "cfmtrain.bench.graphs",
     "balance": "cfmtrain.bench.balance",
     "kernels": "cfmtrain.bench.kernels",
+    "accuracy": "cfmtrain.bench.accuracy",
 }
 
 

@@ -1,0 +1,38 @@
+"""The time-to-accuracy figure: validation force MAE against training wall time, one line per
+run (the paper's Figure 9 against time instead of epochs)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from cfmtrain.plots.common import color, plt, save
+
+LABELS = {"baseline": "cfmtrain baseline (fixed count)",
+          "both": "cfmtrain both (balancer + fused kernels)",
+          "mace_run_train": "mace-torch mace_run_train"}
+COLORS = {"mace_run_train": "tab:red"}
+
+
+def draw(curve: pd.DataFrame, summary: pd.DataFrame, output: Path, title: str) -> list[Path]:
+    """Force MAE (log scale) against cumulative wall time per run, the target (mace_run_train's
+    final force MAE) as a dashed line and each run's time to reach it as a cross."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for run in summary.run:
+        rows = curve[curve.run == run].sort_values("epoch")
+        ax.plot(rows.wall_s, rows.valid_mae_f_meV_per_A, marker="o", markersize=3,
+                label=LABELS.get(run, run), color=COLORS.get(run, color(run)))
+    target = float(summary.target_mae_f_meV_per_A.iloc[0])
+    ax.axhline(target, color="black", linestyle="--", linewidth=0.8,
+               label=f"target: mace_run_train's final ({target:.1f} meV/Å)")
+    for row in summary.itertuples():
+        if not math.isnan(row.time_to_target_s):
+            ax.plot([row.time_to_target_s], [target], marker="x", markersize=9,
+                    color=COLORS.get(row.run, color(row.run)))
+    ax.set(xlabel="training wall time, s (epochs with validation)",
+           ylabel="validation force MAE, meV/Å", yscale="log", title=title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return save(fig, output)

@@ -1,0 +1,151 @@
+"""`cfmtrain bench accuracy`: the time-to-accuracy logic on hand-made curves, mace_run_train's
+log times, and the whole benchmark (cfmtrain baseline and both, mace_run_train) on a tiny store
+with a tiny model for 2 epochs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_train_units import TINY, make_store
+
+from cfmtrain.bench import accuracy
+from cfmtrain.bench.accuracy_runs import (
+    CURVE_FIELDS,
+    MACE,
+    MACE_NAME,
+    RunResult,
+    log_times,
+    mace_curve,
+)
+
+
+@pytest.mark.parametrize("mae, target, expected", [
+    ([10.0, 6.0, 2.0], 4.0, (15.0, 20.0, 3)),  # halfway between epochs 2 and 3 (10 s, 20 s)
+    ([10.0, 6.0, 2.0], 6.0, (10.0, 10.0, 2)),  # exactly at epoch 2
+    ([3.0, 6.0, 2.0], 5.0, (5.0, 5.0, 1)),  # the first epoch already: its time
+    ([10.0, 6.0, 2.0], 1.0, (math.nan, math.nan, 0)),  # never
+    ([10.0, 8.0, 9.0, 1.0], 8.5, (8.75, 10.0, 2)),  # the first crossing counts
+])
+def test_time_to_reach(mae, target, expected):
+    wall = [5.0, 10.0, 20.0, 30.0][:len(mae)]
+    got = accuracy.time_to_reach(np.array(wall), np.array(mae), target)
+    np.testing.assert_allclose(got, expected)
+
+
+def curve(run: str, walls: list[float], maes: list[float]) -> pd.DataFrame:
+    return pd.DataFrame({"run": run, "epoch": range(len(walls)), "wall_s": walls,
+                         "valid_mae_e_meV_per_atom": [2 * m for m in maes],
+                         "valid_mae_f_meV_per_A": maes})
+
+
+def test_summary_ratios_and_goals():
+    curves = pd.concat([curve(MACE, [10, 20, 30, 40], [80, 60, 50, 40]),
+                        curve("baseline", [12, 24, 36, 48], [70, 55, 45, 44]),  # never 40
+                        curve("both", [2, 4, 6, 8], [60, 45, 35, 30])])  # 40 at 5 s
+    infos = {r: {"steps_per_epoch": 5, "process_wall_s": 60.0} for r in accuracy.RUNS}
+    summary = accuracy.summarize(curves, infos).set_index("run")
+    assert summary.loc[MACE, "time_to_target_s"] == 40 and summary.loc[MACE, "speedup"] == 1
+    assert summary.loc["both", "time_to_target_s"] == pytest.approx(5.0)
+    assert summary.loc["both", "time_to_target_epoch_s"] == 6
+    assert summary.loc["both", "speedup"] == pytest.approx(8.0)
+    assert not summary.loc["baseline", "reached"]
+    assert math.isnan(summary.loc["baseline", "speedup"])
+    assert summary.loc["baseline", "mae_f_ratio"] == pytest.approx(44 / 40)
+    assert summary.loc["both", "mae_e_ratio"] == pytest.approx(30 / 40)
+    assert summary.loc["both", "epoch_s"] == 2 and summary.loc[MACE, "epoch_s"] == 10
+    lines = accuracy.goal_lines(summary.reset_index())
+    assert "baseline: time to 40.00 meV/Å: not reached" in lines[0]
+    assert lines[-2].endswith(": met") and lines[-1].endswith("worst 1.100): met")
+
+
+def test_mace_log_times_and_curve(tmp_path):
+    log = tmp_path / "mace.log"
+    log.write_text("2026-01-01 10:00:00.000 INFO: Started training\n"
+                   "2026-01-01 10:00:01.500 INFO: Initial: head: Default, loss=1\n"
+                   "2026-01-01 10:00:04.000 INFO: Epoch 0: head: Default, loss=1\n"
+                   "2026-01-01 10:01:01.750 INFO: Epoch 1: head: Default, loss=1\n")
+    times = log_times(log)
+    assert times == {None: 0.0, 0: 2.5, 1: 60.25}
+    records = [{"mode": "eval", "epoch": None, "mae_e_per_atom": 1.0, "mae_f": 1.0},
+               {"mode": "eval", "epoch": 0, "mae_e_per_atom": 0.02, "mae_f": 0.3},
+               {"mode": "eval", "epoch": 1, "mae_e_per_atom": 0.01, "mae_f": 0.2}]
+    got = mace_curve(records, times)
+    assert list(got.columns) == list(CURVE_FIELDS) and list(got.epoch) == [0, 1]
+    np.testing.assert_allclose(got.wall_s, [2.5, 60.25])
+    np.testing.assert_allclose(got.valid_mae_f_meV_per_A, [300, 200])
+    np.testing.assert_allclose(got.valid_mae_e_meV_per_atom, [20, 10])
+
+
+def fake_run(run: str, maes: list[float], **info) -> RunResult:
+    return RunResult(curve(run, [10.0 * (k + 1) for k in range(len(maes))], maes),
+                     {"steps_per_epoch": 3, "process_wall_s": 1.0, "e0s": {29: 0.5}, **info})
+
+
+def test_extra_epochs_resume_only_runs_short_of_the_target(tmp_path, monkeypatch):
+    store, split, _ = make_store(tmp_path / "store", n=12)
+    maes = {"baseline": [90.0, 80.0, 70.0, 60.0], "both": [90.0, 50.0, 45.0]}
+    calls = []
+
+    def run_cfmtrain(bench, variant, epochs, resume=False):
+        calls.append((variant, epochs, resume))
+        return fake_run(variant, maes[variant][:epochs])
+
+    monkeypatch.setattr(accuracy, "run_cfmtrain", run_cfmtrain)
+    monkeypatch.setattr(accuracy, "run_mace", lambda *a: fake_run(MACE, [70.0, 55.0]))
+    parser = argparse.ArgumentParser()
+    accuracy.add_arguments(parser)
+    out = tmp_path / "bench"
+    assert accuracy.run(parser.parse_args([
+        "--graphs", str(store), "--split", str(split), "--epochs", "2", "--extra-epochs", "2",
+        "--name", "fake", "--output-dir", str(out), "--figure", str(tmp_path / "f.png")])) == 0
+    assert calls == [("baseline", 2, False), ("both", 2, False), ("baseline", 3, True),
+                     ("baseline", 4, True)]  # both reached 55 at epoch 2; baseline never
+    curves = pd.read_csv(out / "accuracy_fake.csv")
+    assert curves.groupby("run").size().to_dict() == {"baseline": 4, "both": 2, MACE: 2}
+    summary = pd.read_csv(out / "accuracy_fake_summary.csv").set_index("run")
+    assert summary.loc["baseline", "process_wall_s"] == 3.0  # three processes
+    assert (summary.epochs.to_dict(), summary.equal_epochs.unique().tolist()) == (
+        {"baseline": 4, "both": 2, MACE: 2}, [2])
+    assert summary.loc["baseline", "mae_f_ratio"] == pytest.approx(80 / 55)
+    assert not summary.loc["baseline", "reached"]
+    assert summary.loc["both", "time_to_target_s"] == pytest.approx(10 + 10 * 35 / 40)
+
+
+def test_bench_end_to_end(tmp_path):
+    store, split, _ = make_store(tmp_path / "store", n=24)
+    parser = argparse.ArgumentParser()
+    accuracy.add_arguments(parser)
+    out = tmp_path / "bench"
+    args = parser.parse_args([
+        "--graphs", str(store), "--split", str(split), "--preset", "quick", "--epochs", "2",
+        "--ranks", "1", "--threads", "1", "--graphs-per-batch", "3", "--extra-epochs", "0",
+        "--name", "tiny",
+        "--output-dir", str(out), "--figure", str(tmp_path / "fig.png"),
+        *[a for s in TINY for a in ("--set", s)]])
+    assert accuracy.run(args) == 0
+    curves = pd.read_csv(out / "accuracy_tiny.csv")
+    assert list(curves.columns) == list(CURVE_FIELDS)
+    assert sorted(map(tuple, curves[["run", "epoch"]].to_numpy().tolist())) == sorted(
+        (r, e) for r in accuracy.RUNS for e in (0, 1))
+    assert np.isfinite(curves.select_dtypes("number").to_numpy()).all()
+    assert (curves.groupby("run").wall_s.diff().dropna() > 0).all()
+    # mace_run_train's final MAEs are its own, from its results file
+    results = out / "accuracy_tiny" / MACE / "results" / f"{MACE_NAME}_run-0_train.txt"
+    final = [r for r in map(json.loads, results.read_text().splitlines())
+             if r["mode"] == "eval" and r["epoch"] == 1][0]
+    last = curves[(curves.run == MACE) & (curves.epoch == 1)].iloc[0]
+    assert last.valid_mae_f_meV_per_A == pytest.approx(1000 * final["mae_f"])
+    assert last.valid_mae_e_meV_per_atom == pytest.approx(1000 * final["mae_e_per_atom"])
+    summary = pd.read_csv(out / "accuracy_tiny_summary.csv").set_index("run")
+    assert list(summary.index) == list(accuracy.RUNS)
+    np.testing.assert_allclose(summary.target_mae_f_meV_per_A, 1000 * final["mae_f"])
+    assert summary.loc[MACE, "speedup"] == 1 and summary.loc[MACE, "mae_f_ratio"] == 1
+    assert (summary.steps_per_epoch > 0).all()
+    record = json.loads((out / "accuracy_tiny.json").read_text())
+    assert record["e0s_max_abs_diff_eV"] < 1e-6 and record["mace_batch_size"] == 3
+    assert (tmp_path / "fig.png").stat().st_size > 0 and (tmp_path / "fig.pdf").exists()
