@@ -23,6 +23,7 @@ include: "workflow/rules/results_inputs.smk"
 include: "workflow/rules/sweep.smk"
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/accuracy.smk"
 
 
 rule all:
@@ -76,3 +77,9 @@ rule figures:
 rule benchmark:
     input:
         bench_targets(),
+
+
+# time to accuracy against mace_run_train (three trainings; not in `all`)
+rule accuracy:
+    input:
+        ACCURACY_TARGETS,

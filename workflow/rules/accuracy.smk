@@ -1,0 +1,40 @@
+# Time to accuracy (issue #12, target `accuracy`, not in `all`): cfmtrain baseline and both
+# against mace-torch's own mace_run_train on the same split, model, epochs, E0s and batches.
+ACCURACY = config["accuracy"]
+# the benchmark's summary per data set of config `accuracy.datasets`
+ACCURACY_TARGETS = [
+    f"results/bench/accuracy_{d}_{ACCURACY['preset']}_summary.csv"
+    for d in ACCURACY["datasets"]
+]
+# ranks, seed and (unless 0: the preset's) epochs from config `accuracy`
+ACCURACY_OPTIONS = f"--ranks {ACCURACY['ranks']} --seed {ACCURACY['seed']}" + (
+    f" --epochs {ACCURACY['epochs']}" if ACCURACY["epochs"] else ""
+)
+
+
+rule bench_accuracy:
+    input:
+        shards=graph_shards,
+        split="results/graphs/{dataset}/split.npz",
+    output:
+        csv="results/bench/accuracy_{dataset}_{apreset}.csv",
+        summary="results/bench/accuracy_{dataset}_{apreset}_summary.csv",
+        json="results/bench/accuracy_{dataset}_{apreset}.json",
+        png="results/figures/fig_accuracy_{dataset}_{apreset}.png",
+        pdf="results/figures/fig_accuracy_{dataset}_{apreset}.pdf",
+    log:
+        "logs/bench/accuracy_{dataset}_{apreset}.log",
+    wildcard_constraints:
+        apreset="quick|goals",
+    params:
+        graphs=graph_dirs,
+        options=ACCURACY_OPTIONS,
+    threads: workflow.cores
+    resources:
+        timing_slot=1,
+    conda:
+        "../../envs/cfmtrain.yaml"
+    shell:
+        "python -m cfmtrain bench accuracy --graphs {params.graphs} --split {input.split}"
+        " --preset {wildcards.apreset} --name {wildcards.dataset}_{wildcards.apreset}"
+        " {params.options} --threads {threads} --figure {output.png} > {log} 2>&1"
