@@ -116,6 +116,16 @@ def test_extra_epochs_resume_only_runs_short_of_the_target(tmp_path, monkeypatch
     assert summary.loc["both", "time_to_target_s"] == pytest.approx(10 + 10 * 35 / 40)
 
 
+def test_capacity_below_the_largest_graph_stops_before_training(tmp_path, monkeypatch):
+    store, split, _ = make_store(tmp_path / "store", n=12)
+    monkeypatch.setattr(accuracy, "run_cfmtrain", None)  # not reached
+    parser = argparse.ArgumentParser()
+    accuracy.add_arguments(parser)
+    with pytest.raises(SystemExit, match="exceed the balancer capacity 2; pass --capacity auto"):
+        accuracy.run(parser.parse_args(["--graphs", str(store), "--split", str(split),
+                                         "--capacity", "2", "--output-dir", str(tmp_path)]))
+
+
 def test_bench_end_to_end(tmp_path):
     store, split, _ = make_store(tmp_path / "store", n=24)
     parser = argparse.ArgumentParser()

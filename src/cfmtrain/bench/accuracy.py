@@ -191,8 +191,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(None, _settings(args))
     store = GraphStore(graphs if len(graphs) > 1 else graphs[0])
     parts = load_parts(store, split, cfg)
-    capacity = args.capacity or baseline_mean_capacity(store.num_atoms[parts["train"]],
-                                                       cfg.batch.graphs_per_batch)
+    sizes = store.num_atoms[parts["train"]]
+    capacity = args.capacity or baseline_mean_capacity(sizes, cfg.batch.graphs_per_batch)
+    if capacity != "auto" and sizes.max() > int(capacity):
+        raise SystemExit(f"cfmtrain bench accuracy: training graphs of up to {sizes.max()} "
+                         f"atoms exceed the balancer capacity {capacity}; pass --capacity auto "
+                         f"(a bin of its own for each larger graph) or a capacity of at least "
+                         f"{sizes.max()}")
     work = (args.output_dir / f"accuracy_{name}").resolve()
     work.mkdir(parents=True, exist_ok=True)
     bench = Bench(cfg=cfg, graphs=[g.resolve() for g in graphs], split=split.resolve(),

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.ticker import ScalarFormatter
 
 from cfmtrain.plots.common import color, plt, save
 
@@ -33,6 +34,10 @@ def draw(curve: pd.DataFrame, summary: pd.DataFrame, output: Path, title: str) -
                     color=COLORS.get(row.run, color(row.run)))
     ax.set(xlabel="training wall time, s (epochs with validation)",
            ylabel="validation force MAE, meV/Å", yscale="log", title=title)
+    ax.set_xlim(left=0)
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
+    ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="best")
     return save(fig, output)
