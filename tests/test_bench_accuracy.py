@@ -1,6 +1,7 @@
 """`cfmtrain bench accuracy`: the time-to-accuracy logic on hand-made curves, mace_run_train's
-log times, and the whole benchmark (cfmtrain baseline and both, mace_run_train) on a tiny store
-with a tiny model for 2 epochs."""
+log times, the extra epochs of a run short of the target (logic with fake runs, and a real
+resumed cfmtrain run), and the whole benchmark (cfmtrain baseline and both, mace_run_train) on a
+tiny store with a tiny model for 2 epochs."""
 
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ from cfmtrain.bench.accuracy_runs import (
     CURVE_FIELDS,
     MACE,
     MACE_NAME,
+    Bench,
     RunResult,
     log_times,
     mace_curve,
+    run_cfmtrain,
 )
+from cfmtrain.train.config import load_config
 
 
 @pytest.mark.parametrize("mae, target, expected", [
@@ -124,6 +128,20 @@ def test_capacity_below_the_largest_graph_stops_before_training(tmp_path, monkey
     with pytest.raises(SystemExit, match="exceed the balancer capacity 2; pass --capacity auto"):
         accuracy.run(parser.parse_args(["--graphs", str(store), "--split", str(split),
                                          "--capacity", "2", "--output-dir", str(tmp_path)]))
+
+
+def test_cfmtrain_run_resumes_for_an_extra_epoch(tmp_path):
+    store, split, _ = make_store(tmp_path / "store", n=12)
+    cfg = load_config(None, [*TINY, "batch.graphs_per_batch=3", "measure_straggler=false"])
+    bench = Bench(cfg=cfg, graphs=[store], split=split, ranks=1, threads=1, work=tmp_path,
+                  capacity=12)
+    first = run_cfmtrain(bench, "both", 1)
+    more = run_cfmtrain(bench, "both", 2, resume=True)
+    assert list(first.curve.epoch) == [0] and list(more.curve.epoch) == [0, 1]
+    assert more.curve.wall_s.iloc[0] == first.curve.wall_s.iloc[0] < more.curve.wall_s.iloc[1]
+    assert more.info["e0s"] == first.info["e0s"]
+    log = (tmp_path / "both.log").read_text()
+    assert log.count("cfmtrain launch") == 2 and "resuming at epoch 1" in log
 
 
 def test_bench_end_to_end(tmp_path):
