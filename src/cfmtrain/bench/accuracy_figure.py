@@ -37,7 +37,7 @@ def draw(curve: pd.DataFrame, summary: pd.DataFrame, output: Path, title: str) -
     ax.set_xlim(left=0)
     ax.yaxis.set_major_formatter(ScalarFormatter())
     ax.yaxis.set_minor_formatter(ScalarFormatter())
-    ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax.tick_params(axis="y", which="both", labelsize=8)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="best")
     return save(fig, output)
