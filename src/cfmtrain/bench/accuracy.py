@@ -109,9 +109,8 @@ def goal_lines(summary: pd.DataFrame) -> list[str]:
     ratios = rows[["mae_e_ratio", "mae_f_ratio"]].to_numpy()
     met = bool((ratios <= 1 + MAE_TOLERANCE).all())
     lines.append(f"goal: every run's MAEs at equal epochs within {MAE_TOLERANCE:.0%} of "
-                 f"mace_run_train's "
-                 f"(ratio <= {1 + MAE_TOLERANCE:g}; worst {ratios.max():.3f}): "
-                 f"{'met' if met else 'not met'}")
+                 f"mace_run_train's (ratio <= {1 + MAE_TOLERANCE:g}; worst "
+                 f"{ratios.max():.3f}): {'met' if met else 'not met'}")
     return lines
 
 
@@ -135,10 +134,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "epochs; quick = 8x0e+8x1o, lmax 1, correlation 2, 5 epochs")
     parser.add_argument("--epochs", type=int, help="epochs (default: the preset's)")
     parser.add_argument("--extra-epochs", type=int, default=2,
-                        help="at most this many more epochs for a cfmtrain run that has not "
-                             "reached mace_run_train's final force MAE after --epochs (resumed "
-                             "from its checkpoint, one at a time; the equal-epoch comparison "
-                             "is unchanged)")
+                        help="at most this many (default 2) more epochs for a cfmtrain run "
+                             "that has not reached mace_run_train's final force MAE after "
+                             "--epochs (resumed from its checkpoint, one at a time; the "
+                             "equal-epoch comparison is unchanged)")
     parser.add_argument("--hidden-irreps", help="model.hidden_irreps (default: the preset's)")
     parser.add_argument("--max-ell", type=int, help="model.max_ell (default: the preset's)")
     parser.add_argument("--correlation", type=int,
