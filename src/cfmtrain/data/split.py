@@ -7,6 +7,7 @@ and size range appears in each part in proportion; written as .npz.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -63,19 +64,33 @@ def load_split(path: str | Path) -> dict[str, np.ndarray]:
         return {p: data[p] for p in PARTS}
 
 
+def _fraction(text: str) -> float:
+    """A --valid/--test value: a number in [0, 1)."""
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in [0, 1)")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `cfmtrain split`."""
     parser.add_argument("--graphs", type=Path, nargs="+", required=True,
                         help="graph store folder(s); several make a union")
     parser.add_argument("--output", type=Path, required=True, help="split .npz to write")
-    parser.add_argument("--valid", type=float, default=0.1, help="validation fraction")
-    parser.add_argument("--test", type=float, default=0.1, help="test fraction")
+    parser.add_argument("--valid", type=_fraction, default=0.1,
+                        help="validation fraction, in [0, 1); valid + test < 1")
+    parser.add_argument("--test", type=_fraction, default=0.1, help="test fraction, in [0, 1)")
     parser.add_argument("--seed", type=int, default=0)
 
 
 def run(args: argparse.Namespace) -> int:
     """Write the split of the store's graphs."""
     from cfmtrain.graphs.store import GraphStore
+
+    if args.valid + args.test >= 1:
+        print(f"cfmtrain split: --valid {args.valid} + --test {args.test} must be < 1, or no "
+              "graph is left to train on", file=sys.stderr)
+        return 2
 
     store = GraphStore(args.graphs)
     parts = split_indices(store.subsets, (args.valid, args.test), args.seed,

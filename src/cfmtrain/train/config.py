@@ -1,14 +1,18 @@
 """The typed training configuration: dataclasses with the paper's defaults, validated overrides.
 
-Unknown keys and values of the wrong type are errors that name the key; the config is saved as
-plain data in every checkpoint and results folder.
+Unknown keys, values of the wrong type and values out of range are errors that name the key;
+command-line values (`--set KEY=VALUE`) are read by the key's declared type. The config is saved
+as plain data in every checkpoint and results folder.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -99,8 +103,22 @@ class TrainConfig:
         return self.variant in ("balancer", "both")
 
 
+# YAML 1.2's finite numbers (PyYAML, a YAML 1.1 reader, leaves 1e-3 and 5e-07 as strings)
+_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_INT = re.compile(r"[-+]?[0-9]+")
+_BOOLS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+_NULLS = {"", "~", "null", "Null", "NULL", "none", "None"}
+# command-line text -> value (None: not of that type), and what was expected
+_SCALARS: dict[type, tuple[Callable[[str], Any], str]] = {
+    int: (lambda t: int(t) if _INT.fullmatch(t) else None, "an integer"),
+    float: (lambda t: float(t) if _FLOAT.fullmatch(t) else None, "a finite number"),
+    bool: (lambda t: _BOOLS.get(t.lower()), "true or false"),
+}
+
+
 def _check_value(value: Any, hint: Any, key: str) -> Any:
-    """`value` as type `hint` (ints may become floats), else a ConfigError naming the key."""
+    """`value` as type `hint` (ints and number strings such as '5e-07' may become floats), else
+    a ConfigError naming the key."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -114,13 +132,65 @@ def _check_value(value: Any, hint: Any, key: str) -> Any:
         if not isinstance(value, list | tuple):
             raise ConfigError(f"config {key}: expected a list, got {value!r}")
         return [_check_value(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+    if hint is float:
+        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+            value = float(value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, float) or not math.isfinite(value):
+            raise ConfigError(f"config {key}: expected a finite number, got {value!r}")
+        return value
     if hint is str and isinstance(value, Path):
         return str(value)
     if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
         raise ConfigError(f"config {key}: expected {hint.__name__}, got {value!r}")
     return value
+
+
+def _field_hint(keys: list[str]) -> Any:
+    """The declared type of the dotted key `keys` of TrainConfig; None if there is no such key."""
+    hint: Any = TrainConfig
+    for name in keys:
+        if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
+            return None
+        hint = typing.get_type_hints(hint).get(name)
+    return hint
+
+
+def _unquote(text: str) -> str:
+    """`text` without one pair of enclosing YAML/JSON quotes ('"a b"' -> 'a b'), else as is."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return text
+        return value if isinstance(value, str) else text
+    return text
+
+
+def _from_text(text: str, hint: Any, key: str) -> Any:
+    """A command-line value read by its key's declared type `hint`: ints in decimal, floats as
+    YAML 1.2 numbers (1e-3, 5e-07), bools as true/false/yes/no/on/off, null/none/~ for optional
+    keys, strings as typed (one pair of quotes removed), lists and mappings as YAML."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    stripped = text.strip()
+    if origin in (typing.Union, types.UnionType):
+        if type(None) in args and stripped in _NULLS:
+            return None
+        return _from_text(text, next(a for a in args if a is not type(None)), key)
+    if hint is str or origin is Literal:
+        return _unquote(text)
+    if hint in _SCALARS:
+        parse, expected = _SCALARS[hint]
+        value = parse(stripped)
+        if value is None:
+            raise ConfigError(f"config {key}: expected {expected}, got {text!r}")
+        return value
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or err
+        raise ConfigError(f"config {key}: {text!r} is not a YAML value ({problem})") from None
 
 
 def _apply(obj: Any, updates: dict, prefix: str = "") -> None:
@@ -139,31 +209,71 @@ def _apply(obj: Any, updates: dict, prefix: str = "") -> None:
             setattr(obj, name, _check_value(value, hints[name], key))
 
 
+# Range of every numeric key: (test, what the value must be). Lists are checked per entry;
+# None (model.r_max: the store's cutoff) is not a number and passes.
+RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "seed": (lambda v: v >= 0, ">= 0"),
+    "epochs": (lambda v: v >= 1, ">= 1"),
+    "max_steps": (lambda v: v >= 0, ">= 0"),
+    "train_fraction": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "checkpoint_every": (lambda v: v >= 0, ">= 0"),
+    "threads": (lambda v: v >= 0, ">= 0"),
+    "timeout_s": (lambda v: v > 0, "> 0"),
+    "model.num_interactions": (lambda v: v >= 1, ">= 1"),
+    "model.max_ell": (lambda v: v >= 0, ">= 0"),
+    "model.correlation": (lambda v: v >= 1, ">= 1"),
+    "model.num_bessel": (lambda v: v >= 1, ">= 1"),
+    "model.num_polynomial_cutoff": (lambda v: v >= 1, ">= 1"),
+    "model.radial_mlp": (lambda v: v >= 1, ">= 1 (each entry)"),
+    "model.r_max": (lambda v: v > 0, "> 0"),
+    "batch.graphs_per_batch": (lambda v: v >= 1, ">= 1"),
+    "batch.capacity": (lambda v: v >= 1, ">= 1"),
+    "batch.valid_graphs_per_batch": (lambda v: v >= 1, ">= 1"),
+    "batch.num_workers": (lambda v: v >= 0, ">= 0"),
+    "optim.lr": (lambda v: v > 0, "> 0"),
+    "optim.weight_decay": (lambda v: v >= 0, ">= 0"),
+    "optim.ema_decay": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "optim.lr_factor": (lambda v: 0 < v < 1, "in (0, 1)"),
+    "optim.patience": (lambda v: v >= 0, ">= 0"),
+    "optim.gamma": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "optim.clip_grad": (lambda v: v >= 0, ">= 0"),
+    "optim.energy_weight": (lambda v: v >= 0, ">= 0"),
+    "optim.forces_weight": (lambda v: v >= 0, ">= 0"),
+    "optim.stress_weight": (lambda v: v >= 0, ">= 0"),
+}
+
+
+def _get(cfg: TrainConfig, key: str) -> Any:
+    """The value of dotted `key` in cfg."""
+    value: Any = cfg
+    for name in key.split("."):
+        value = getattr(value, name)
+    return value
+
+
 def validate(cfg: TrainConfig) -> TrainConfig:
-    """Range checks that types cannot express; returns cfg."""
-    checks = [
-        (cfg.epochs >= 1, "epochs must be >= 1"),
-        (0 < cfg.train_fraction <= 1, "train_fraction must be in (0, 1]"),
-        (cfg.batch.graphs_per_batch >= 1, "batch.graphs_per_batch must be >= 1"),
-        (cfg.batch.capacity >= 1, "batch.capacity must be >= 1"),
-        (cfg.optim.lr > 0, "optim.lr must be > 0"),
-        (0 <= cfg.optim.ema_decay < 1, "optim.ema_decay must be in [0, 1)"),
-        (cfg.timeout_s > 0, "timeout_s must be > 0"),
-        (min(cfg.max_steps, cfg.checkpoint_every, cfg.threads) >= 0,
-         "max_steps, checkpoint_every and threads must be >= 0"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise ConfigError(f"config: {message}")
+    """Range checks that types cannot express (RANGES, and some loss weight > 0); returns cfg."""
+    for key, (ok, expected) in RANGES.items():
+        value = _get(cfg, key)
+        numbers = [v for v in (value if isinstance(value, list) else [value])
+                   if isinstance(v, int | float)]
+        if not all(ok(v) for v in numbers):
+            raise ConfigError(f"config {key}: {value!r} must be {expected}")
+    o = cfg.optim
+    if o.energy_weight == o.forces_weight == o.stress_weight == 0:
+        raise ConfigError("config optim.energy_weight, optim.forces_weight, optim.stress_weight: "
+                          "all 0, nothing to train on; set one > 0")
     return cfg
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """`optim.lr=0.01` -> (['optim', 'lr'], 0.01); the value is read as YAML."""
+    """`optim.lr=1e-3` -> (['optim', 'lr'], 0.001); the value is read by the key's declared
+    type (see _from_text), or as YAML for a mapping or an unknown key (refused later)."""
     key, sep, value = text.partition("=")
-    if not sep or not key:
+    if not sep or not key.strip():
         raise ConfigError(f"override {text!r}: expected KEY=VALUE, e.g. optim.lr=0.01")
-    return key.strip().split("."), yaml.safe_load(value)
+    keys = key.strip().split(".")
+    return keys, _from_text(value, _field_hint(keys), ".".join(keys))
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = (),
