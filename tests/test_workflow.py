@@ -1,12 +1,18 @@
 """The workflow lints clean; `all` plans every stage's rules and every target plans (dry run)
-for both configs; the schema describes every key and refuses unknown ones at any depth."""
+for both configs; the schema describes every key and refuses unknown ones at any depth; data-set
+names are constrained and every config value reaches a command line quoted and exact."""
 
+import argparse
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from cfmtrain.train import cli as train_cli
+from cfmtrain.train.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ["all", "graphs", "stats", "balance", "benchmark", "ablation", "sweeps", "simulate",
@@ -98,6 +104,9 @@ def _bad_config(tmp_path: Path, edit) -> Path:
     ("cutof", lambda c: c.update(cutof=5.0)),
     ("epochz", lambda c: c["train"].update(epochz=3)),  # nested: inside `train`
     ("sead", lambda c: c["datasets"]["mini"].update(sead=1)),  # inside `datasets.<name>`
+    # inside `train.settings` (config.py's keys)
+    ("valid_graphs_per_bach", lambda c: c["train"]["settings"].update(
+        batch={"valid_graphs_per_bach": 4})),
 ])
 def test_unknown_config_key_is_refused(tmp_path, key, edit):
     result = snakemake("-n", "--configfile", str(_bad_config(tmp_path, edit)))
@@ -113,6 +122,72 @@ def test_manual_set_without_path_is_refused(tmp_path):
     result = snakemake("-n", "--configfile", str(_bad_config(tmp_path, edit)))
     assert result.returncode != 0
     assert "'path' is a required property" in result.stdout + result.stderr
+
+
+def test_settings_and_split_out_of_range_are_refused_by_the_dry_run(tmp_path):
+    def zero_batch(config):
+        config["train"]["settings"]["batch"] = {"valid_graphs_per_batch": 0}
+
+    def whole_split(config):
+        config["split"].update(valid=0.5, test=0.5)
+
+    result = snakemake("-n", "--configfile", str(_bad_config(tmp_path, zero_batch)))
+    assert result.returncode != 0
+    assert "0 is less than the minimum of 1" in result.stdout + result.stderr
+    result = snakemake("-n", "--configfile", str(_bad_config(tmp_path, whole_split)))
+    assert result.returncode != 0
+    assert "valid (0.5) + test (0.5) must be < 1" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("name", ["x;touch /tmp/cfmtrain-pwned;y", "../outside", "a..b"])
+def test_a_data_set_name_that_is_not_a_plain_word_is_refused(tmp_path, name):
+    def edit(config):
+        config["datasets"][name] = {"kind": "generated", "scale": 0.1}
+        config["targets"] = [name]
+
+    result = snakemake("-n", "graphs", "--configfile", str(_bad_config(tmp_path, edit)))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"{name!r} does not match" in output and "A data-set name - letters" in output
+
+
+# text with a shell's special characters, each of which must reach its command as one word
+ODD_PATH = "/data/my frames;touch it/Bob's.xyz"
+ODD_MODEL = "/models/$(hostname) 1.model"
+# numbers as a user writes them; PyYAML (YAML 1.1, as Snakemake reads configs) leaves them text
+SMALL_FLOATS = "train:\n  settings:\n    optim: {lr: 1e-4, weight_decay: 5e-07, gamma: 1.0e-1}\n"
+
+
+def test_config_values_reach_each_command_line_exactly(tmp_path):
+    def edit(config):
+        config["datasets"]["odd"] = {"kind": "manual", "path": ODD_PATH, "registry": "mptrj",
+                                     "energy_key": "total energy", "shards": 1}
+        config["sweep"] = {"small_subset": "water clusters;x"}
+        config["train"]["settings"]["model"]["init_model"] = ODD_MODEL
+
+    overlay = tmp_path / "floats.yaml"
+    overlay.write_text(SMALL_FLOATS)
+    targets = ["results/data/odd/frames", "results/sweep/mini/batch_quick.csv",
+               "results/train/mini_s/baseline/r1/summary.json"]
+    result = snakemake("-n", "--forceall", "--printshellcmds", "--cores", "2", *targets,
+                       "--configfile", str(_bad_config(tmp_path, edit)), str(overlay))
+    assert result.returncode == 0, result.stdout + result.stderr
+    commands = {}
+    for line in result.stdout.splitlines():
+        if "python -m cfmtrain" in line:
+            argv = shlex.split(line[line.index("python -m cfmtrain"):])
+            commands[argv[3]] = argv[:argv.index(">")]
+    convert, sweep, launch = commands["convert"], commands["sweep"], commands["launch"]
+    assert convert[convert.index("--input") + 1] == ODD_PATH
+    assert convert[convert.index("--energy-key") + 1] == "total energy"
+    assert sweep[sweep.index("--small-subset") + 1] == "water clusters;x"
+    parser = argparse.ArgumentParser()
+    train_cli.add_arguments(parser)  # the cell's own command line, read as `cfmtrain train`
+    args = parser.parse_args(launch[launch.index("train") + 1:])
+    cfg = load_config(args.config, args.overrides)
+    assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.gamma) == (1e-4, 5e-7, 0.1)
+    assert (cfg.model.init_model, cfg.model.hidden_irreps, cfg.train_fraction) == (
+        ODD_MODEL, "8x0e+8x1o", 0.25)
 
 
 def _schema_keys(node: dict, path: str = ""):

@@ -7,9 +7,8 @@ ACCURACY_TARGETS = [
     for d in ACCURACY["datasets"]
 ]
 # ranks, seed and (unless 0: the preset's) epochs from config `accuracy`
-ACCURACY_OPTIONS = f"--ranks {ACCURACY['ranks']} --seed {ACCURACY['seed']}" + (
-    f" --epochs {ACCURACY['epochs']}" if ACCURACY["epochs"] else ""
-)
+ACCURACY_OPTIONS = command("--ranks", ACCURACY["ranks"], "--seed", ACCURACY["seed"],
+                           *(["--epochs", ACCURACY["epochs"]] if ACCURACY["epochs"] else []))
 
 
 rule bench_accuracy:
@@ -35,6 +34,6 @@ rule bench_accuracy:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain bench accuracy --graphs {params.graphs} --split {input.split}"
-        " --preset {wildcards.apreset} --name {wildcards.dataset}_{wildcards.apreset}"
-        " {params.options} --threads {threads} --figure {output.png} > {log} 2>&1"
+        "python -m cfmtrain bench accuracy --graphs {params.graphs:q} --split {input.split:q}"
+        " --preset {wildcards.apreset:q} --name {wildcards.dataset:q}_{wildcards.apreset:q}"
+        " {params.options} --threads {threads:q} --figure {output.png:q} > {log:q} 2>&1"

@@ -21,7 +21,7 @@ rule balance_report:
     params:
         graphs=graph_dirs,
         capacity=config["balance"]["capacity"],
-        ranks=" ".join(str(r) for r in config["balance"]["ranks"]),
+        ranks=config["balance"]["ranks"],
         measure=config["balance"]["measure"],
         a=config["balance"]["a"],
         b=config["balance"]["b"],
@@ -34,12 +34,12 @@ rule balance_report:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain balance --graphs {params.graphs} --name {wildcards.dataset}"
-        " --capacity {params.capacity} --ranks {params.ranks} --measure {params.measure}"
-        " --a {params.a} --b {params.b} --seed {params.seed} --oversize {params.oversize}"
-        " --figure-ranks {params.figure_ranks} --figure-steps {params.figure_steps}"
-        " --figure-batch {params.figure_batch}"
-        " --csv {output.csv} --markdown {output.md} --figure {output.fig} > {log} 2>&1"
+        "python -m cfmtrain balance --graphs {params.graphs:q} --name {wildcards.dataset:q}"
+        " --capacity {params.capacity:q} --ranks {params.ranks:q} --measure {params.measure:q}"
+        " --a {params.a:q} --b {params.b:q} --seed {params.seed:q} --oversize {params.oversize:q}"
+        " --figure-ranks {params.figure_ranks:q} --figure-steps {params.figure_steps:q}"
+        " --figure-batch {params.figure_batch:q}"
+        " --csv {output.csv:q} --markdown {output.md:q} --figure {output.fig:q} > {log:q} 2>&1"
 
 
 rule bench_balance:
@@ -56,5 +56,5 @@ rule bench_balance:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain bench balance --preset {wildcards.preset} --capacity {params.capacity}"
-        " --seed {params.seed} --output {output} > {log} 2>&1"
+        "python -m cfmtrain bench balance --preset {wildcards.preset:q}"
+        " --capacity {params.capacity:q} --seed {params.seed:q} --output {output:q} > {log:q} 2>&1"

@@ -12,4 +12,5 @@ rule bench_graphs:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain bench graphs --preset {wildcards.preset} --output {output} > {log} 2>&1"
+        "python -m cfmtrain bench graphs --preset {wildcards.preset:q} --output {output:q}"
+        " > {log:q} 2>&1"

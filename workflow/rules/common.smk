@@ -1,13 +1,41 @@
 # Helpers shared by the rules: config validation, wildcard constraints, input functions.
+# Every value put on a command line is shell-quoted - `{x:q}` in shell strings, `command()`
+# for commands and options built in Python.
 import re
+import shlex
+from pathlib import Path
 
+import yaml
 from snakemake.utils import validate
 
+SCHEMA = Path(workflow.basedir, "workflow/schemas/config.schema.yaml")
+# a YAML 1.2 number that PyYAML (YAML 1.1, Snakemake's reader) may leave as text: 1e-4, 5e-07
+NUMBER = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 
-validate(config, schema="../schemas/config.schema.yaml")
+
+def yaml12_numbers(value, schema):
+    """`value` with number text (1e-4, 5e-07) as floats wherever `schema` expects a number."""
+    if isinstance(value, dict):
+        extra = schema.get("additionalProperties")
+        extra = extra if isinstance(extra, dict) else {}
+        return {k: yaml12_numbers(v, schema.get("properties", {}).get(k, extra))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [yaml12_numbers(v, schema.get("items", {})) for v in value]
+    types = schema.get("type", [])
+    if isinstance(value, str) and "number" in ([types] if isinstance(types, str) else types):
+        return float(value) if NUMBER.fullmatch(value.strip()) else value
+    return value
+
+
+config.update(yaml12_numbers(config, yaml.safe_load(SCHEMA.read_text())))
+validate(config, schema=str(SCHEMA))
 
 DATASETS = config["datasets"]
-PY = "python -m cfmtrain"  # used by input functions that build commands
+
+if config["split"]["valid"] + config["split"]["test"] >= 1:
+    raise ValueError(f"config split: valid ({config['split']['valid']}) + test "
+                     f"({config['split']['test']}) must be < 1, or no graph is left to train on")
 
 for _name in config["targets"]:
     if _name not in DATASETS:
@@ -18,6 +46,11 @@ wildcard_constraints:
     dataset="|".join(map(re.escape, DATASETS)) or "NONE",
     shard=r"\d{4}",
     preset="quick|full",
+
+
+def command(*words):
+    """Shell text of `words` (str() of each), every one quoted where the shell needs it."""
+    return shlex.join(str(w) for w in words)
 
 
 def dataset_config(wildcards):
@@ -49,8 +82,8 @@ def graph_shards(wildcards):
 
 
 def graph_dirs(wildcards):
-    """The --graphs argument: one store folder, or the member folders of a union."""
-    return " ".join(f"results/graphs/{m}" for m in member_datasets(wildcards.dataset))
+    """The --graphs arguments (`{params.graphs:q}`): one store folder, or a union's members."""
+    return [f"results/graphs/{m}" for m in member_datasets(wildcards.dataset)]
 
 
 def frames_inputs(wildcards):
@@ -67,15 +100,16 @@ def frames_command(wildcards, output, threads):
     if cfg["kind"] == "union":
         raise ValueError(f"data set {wildcards.dataset} is a union: it has no frames of its own")
     if cfg["kind"] == "generated":
-        return (f"python -m cfmtrain generate --output-dir {output} --num-shards {shards} "
-                f"--scale {cfg['scale']} --seed {cfg['seed']} --workers {threads}")
+        return command("python", "-m", "cfmtrain", "generate", "--output-dir", output[0],
+                       "--num-shards", shards, "--scale", cfg["scale"], "--seed", cfg["seed"],
+                       "--workers", threads)
     source = (f"results/downloads/{wildcards.dataset}" if cfg["kind"] == "download"
               else cfg["path"])
-    command = (f"{PY} convert {cfg.get('registry', wildcards.dataset)} --input {source} "
-               f"--output {output} --shards {shards} --no-progress")
+    words = ["python", "-m", "cfmtrain", "convert", cfg.get("registry", wildcards.dataset),
+             "--input", source, "--output", output[0], "--shards", shards, "--no-progress"]
     if "energy_key" in cfg:
-        command += f" --energy-key {cfg['energy_key']}"
-    return command + (" --skip-invalid" if config["skip_invalid"] else "")
+        words += ["--energy-key", cfg["energy_key"]]
+    return command(*words, *(["--skip-invalid"] if config["skip_invalid"] else []))
 
 
 def graph_targets():

@@ -25,5 +25,5 @@ for _figure in FIGURE_INPUTS:
         conda:
             "../../envs/cfmtrain.yaml"
         shell:
-            "python -m cfmtrain figure {params.name} --inputs {input}"
-            " --output {output.png} > {log} 2>&1"
+            "python -m cfmtrain figure {params.name:q} --inputs {input:q}"
+            " --output {output.png:q} > {log:q} 2>&1"

@@ -12,14 +12,15 @@ rule graph_shard:
     benchmark:
         "benchmarks/graphs/{dataset}/shard_{shard}.tsv"
     params:
+        frames=lambda wildcards, input: f"{input[0]}/frames_{wildcards.shard}.extxyz",
         cutoff=config["cutoff"],
         skip="--skip-invalid" if config["skip_invalid"] else "",
     threads: 1
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain graphs --input {input}/frames_{wildcards.shard}.extxyz --output {output.shard}"
-        " --report {output.report} --cutoff {params.cutoff} {params.skip} > {log} 2>&1"
+        "python -m cfmtrain graphs --input {params.frames:q} --output {output.shard:q}"
+        " --report {output.report:q} --cutoff {params.cutoff:q} {params.skip} > {log:q} 2>&1"
 
 
 rule split:
@@ -37,5 +38,5 @@ rule split:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain split --graphs {params.graphs} --output {output}"
-        " --valid {params.valid} --test {params.test} --seed {params.seed} > {log} 2>&1"
+        "python -m cfmtrain split --graphs {params.graphs:q} --output {output:q}"
+        " --valid {params.valid:q} --test {params.test:q} --seed {params.seed:q} > {log:q} 2>&1"

@@ -20,5 +20,5 @@ rule bench_kernels:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain bench kernels --preset {wildcards.preset} --output {output.csv}"
-        " --figure {output.figure} > {log} 2>&1"
+        "python -m cfmtrain bench kernels --preset {wildcards.preset:q} --output {output.csv:q}"
+        " --figure {output.figure:q} > {log:q} 2>&1"

@@ -14,11 +14,9 @@ def sweep_targets():
 def sweep_args(wildcards):
     """Command-line options shared by both sweeps, from config `sweep`."""
     s = config["sweep"]
-    return (
-        f"--dtypes {' '.join(s['dtypes'])} --small-subset {s['small_subset']}"
-        f" --large-subset {s['large_subset']} --memory-budget-mb {s['memory_budget_mb']}"
-        f" --threads {s['threads']}"
-    )
+    return command("--dtypes", *s["dtypes"], "--small-subset", s["small_subset"],
+                   "--large-subset", s["large_subset"], "--memory-budget-mb",
+                   s["memory_budget_mb"], "--threads", s["threads"])
 
 
 # --- simulate.smk
@@ -45,12 +43,12 @@ def simulate_runs(wildcards):
 
 def simulate_args(wildcards):
     s, net = config["simulate"], config["simulate"]["network"]
-    return (
-        f"--total-graphs {s['total_graphs']} --ranks {' '.join(map(str, s['ranks']))}"
-        f" --weak {' '.join(s['weak'])} --graphs-per-batch {s['graphs_per_batch']}"
-        f" --capacity {s['capacity']} --strategies {' '.join(s['strategies'])}"
-        f" --algorithm {net['algorithm']} --alpha {net['alpha_s']} --beta {net['beta_bytes_per_s']}"
-        f" --parameters {s['parameters']} --floor-atoms {s['floor_atoms']} --seed {s['seed']}"
+    return command(
+        "--total-graphs", s["total_graphs"], "--ranks", *s["ranks"], "--weak", *s["weak"],
+        "--graphs-per-batch", s["graphs_per_batch"], "--capacity", s["capacity"],
+        "--strategies", *s["strategies"], "--algorithm", net["algorithm"],
+        "--alpha", net["alpha_s"], "--beta", net["beta_bytes_per_s"],
+        "--parameters", s["parameters"], "--floor-atoms", s["floor_atoms"], "--seed", s["seed"],
     )
 
 

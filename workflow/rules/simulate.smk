@@ -26,6 +26,6 @@ rule simulate_scaling:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain simulate --runs {input.runs} --graphs {params.graphs}"
-        " --distribution {wildcards.distribution} {params.args} --output-dir {params.out}"
-        " > {log} 2>&1"
+        "python -m cfmtrain simulate --runs {input.runs:q} --graphs {params.graphs:q}"
+        " --distribution {wildcards.distribution:q} {params.args} --output-dir {params.out:q}"
+        " > {log:q} 2>&1"

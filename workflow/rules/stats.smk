@@ -19,5 +19,5 @@ rule stats_dataset:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain stats --graphs {params.graphs} --name {wildcards.dataset}"
-        " --csv {output.csv} --markdown {output.md} --figure {output.fig} > {log} 2>&1"
+        "python -m cfmtrain stats --graphs {params.graphs:q} --name {wildcards.dataset:q}"
+        " --csv {output.csv:q} --markdown {output.md:q} --figure {output.fig:q} > {log:q} 2>&1"

@@ -21,8 +21,8 @@ rule sweep_batch:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain sweep batch --graphs {params.graphs} --split {input.split}"
-        " --preset {wildcards.preset} {params.args} --output {output} > {log} 2>&1"
+        "python -m cfmtrain sweep batch --graphs {params.graphs:q} --split {input.split:q}"
+        " --preset {wildcards.preset:q} {params.args} --output {output:q} > {log:q} 2>&1"
 
 
 rule sweep_capacity:
@@ -46,6 +46,6 @@ rule sweep_capacity:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain sweep capacity --graphs {params.graphs} --split {input.split}"
-        " --preset {wildcards.preset} {params.args} --output {output.csv}"
-        " --recommendation {output.json} > {log} 2>&1"
+        "python -m cfmtrain sweep capacity --graphs {params.graphs:q} --split {input.split:q}"
+        " --preset {wildcards.preset:q} {params.args} --output {output.csv:q}"
+        " --recommendation {output.json:q} > {log:q} 2>&1"

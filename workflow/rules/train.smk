@@ -39,10 +39,10 @@ rule train_cell:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain launch --ranks {wildcards.ranks} --threads {resources.cpus_per_task}"
-        " --srun-args={resources.srun_args:q} -- train --graphs {params.graphs}"
-        " --split {input.split} --output {params.folder} --variant {wildcards.variant}"
-        " --dataset {wildcards.trainset} {params.settings} --resume auto > {log} 2>&1"
+        "python -m cfmtrain launch --ranks {wildcards.ranks:q}"
+        " --threads {resources.cpus_per_task:q} --srun-args={resources.srun_args:q} -- train --graphs {params.graphs:q}"
+        " --split {input.split:q} --output {params.folder:q} --variant {wildcards.variant:q}"
+        " --dataset {wildcards.trainset:q} {params.settings} --resume auto > {log:q} 2>&1"
 
 
 rule baseline_check:
@@ -65,6 +65,6 @@ rule baseline_check:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain baseline-check --graphs {params.graphs} --split {input.split}"
-        " --output {output.json} --dataset {wildcards.trainset} {params.settings}"
-        " --threads {threads} > {log} 2>&1"
+        "python -m cfmtrain baseline-check --graphs {params.graphs:q} --split {input.split:q}"
+        " --output {output.json:q} --dataset {wildcards.trainset:q} {params.settings}"
+        " --threads {threads:q} > {log:q} 2>&1"

@@ -29,8 +29,9 @@ def train_shards(wildcards):
 
 
 def train_graphs(wildcards):
+    """The --graphs arguments (`{params.graphs:q}`) of a trainset."""
     base = train_base(wildcards.trainset)[0]
-    return " ".join(f"results/graphs/{m}" for m in member_datasets(base))
+    return [f"results/graphs/{m}" for m in member_datasets(base)]
 
 
 def train_split(wildcards):
@@ -46,10 +47,12 @@ def _flat(settings, prefix=""):
 
 
 def train_settings(wildcards):
-    """`--set KEY=VALUE` options from config `train.settings` plus the size's fraction."""
+    """`--set KEY=VALUE` options from config `train.settings` plus the size's fraction, shell
+    quoted; values as JSON (5e-07, "8x0e", [16, 16], true), which cfmtrain reads by key type."""
     pairs = dict(_flat(TRAIN["settings"]))
     pairs["train_fraction"] = train_base(wildcards.trainset)[1]
-    return " ".join(f"--set '{k}={json.dumps(v)}'" for k, v in pairs.items())
+    return command(*(word for k, v in pairs.items()
+                     for word in ("--set", f"{k}={json.dumps(v, ensure_ascii=False)}")))
 
 
 def ablation_targets():

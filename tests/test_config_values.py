@@ -1,0 +1,194 @@
+"""Training config values as a user types them (issue #11 items 1 and 8): `--set` values read by
+the key's declared type (1e-3 and 5e-07 are floats), every numeric key range-checked when the
+config is read, the pipeline schema's `train.settings` equal to config.py's keys, defaults and
+ranges, and `cfmtrain split` refusing fractions that leave nothing to train on."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cfmtrain.cli import main
+from cfmtrain.train import cli as train_cli
+from cfmtrain.train import config as config_mod
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+SETTINGS = SCHEMA["properties"]["train"]["properties"]["settings"]
+PER_CELL = {"variant", "train_fraction"}  # set by each cell, not by train.settings
+
+
+def train_args(*sets: str) -> argparse.Namespace:
+    """`cfmtrain train` arguments as its own parser reads them."""
+    parser = argparse.ArgumentParser()
+    train_cli.add_arguments(parser)
+    return parser.parse_args(["--graphs", "g", "--split", "s.npz", "--output", "out",
+                              *[a for s in sets for a in ("--set", s)]])
+
+
+def test_set_values_are_read_by_the_keys_type():
+    args = train_args("optim.lr=1e-3", "optim.weight_decay=5e-07", "timeout_s=1E3",
+                      "optim.clip_grad=2", "model.r_max=null", "progress=no",
+                      "measure_straggler=true", "model.radial_mlp=[8, 8]",
+                      'model.hidden_irreps="8x0e+8x1o"', "model.init_model=[my] run;1.model",
+                      "epochs=3")
+    cfg = config_mod.load_config(args.config, args.overrides)
+    assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.timeout_s, cfg.optim.clip_grad) == (
+        1e-3, 5e-7, 1000.0, 2.0)
+    assert (cfg.model.r_max, cfg.progress, cfg.measure_straggler, cfg.epochs) == (
+        None, False, True, 3)
+    assert cfg.model.radial_mlp == [8, 8] and cfg.model.hidden_irreps == "8x0e+8x1o"
+    assert cfg.model.init_model == "[my] run;1.model"  # a string key takes the text as typed
+    for bad, message in [("epochs=1e3", "epochs: expected an integer, got '1e3'"),
+                         ("epochs=2.0", "epochs: expected an integer"),
+                         ("epochs=010x", "epochs: expected an integer"),
+                         ("optim.lr=nan", "optim.lr: expected a finite number"),
+                         ("timeout_s=.inf", "timeout_s: expected a finite number"),
+                         ("progress=maybe", "progress: expected true or false"),
+                         ("model.radial_mlp=[8", "model.radial_mlp: '\\[8' is not a YAML")]:
+        with pytest.raises(config_mod.ConfigError, match=message):
+            config_mod.load_config(overrides=[bad])
+
+
+def test_config_file_numbers_are_yaml_1_2(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("optim: {lr: 1e-4, weight_decay: 5e-07}\nmodel: {r_max: 5}\n")
+    cfg = config_mod.load_config(path)
+    assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.model.r_max) == (1e-4, 5e-7, 5.0)
+
+
+@pytest.mark.parametrize("override", [
+    "seed=-1", "max_steps=-1", "checkpoint_every=-1", "threads=-1", "timeout_s=0",
+    "train_fraction=0", "train_fraction=1.5",
+    "model.num_interactions=0", "model.max_ell=-1", "model.correlation=0",
+    "model.num_bessel=0", "model.num_polynomial_cutoff=0", "model.radial_mlp=[8, 0]",
+    "model.r_max=0", "batch.graphs_per_batch=0", "batch.capacity=0",
+    "batch.valid_graphs_per_batch=0", "batch.num_workers=-1", "optim.lr=0",
+    "optim.weight_decay=-1e-6", "optim.ema_decay=1", "optim.lr_factor=0", "optim.lr_factor=1",
+    "optim.patience=-1", "optim.gamma=0", "optim.gamma=1.5", "optim.clip_grad=-1",
+    "optim.energy_weight=-1", "optim.forces_weight=-100", "optim.stress_weight=-0.5",
+])
+def test_numeric_settings_out_of_range_are_refused_when_read(override):
+    key = override.split("=")[0]
+    with pytest.raises(config_mod.ConfigError, match=rf"config {re.escape(key)}: .* must be"):
+        config_mod.load_config(overrides=[override])
+
+
+def test_all_loss_weights_zero_is_refused():
+    with pytest.raises(config_mod.ConfigError, match="optim.energy_weight.*all 0"):
+        config_mod.load_config(overrides=["optim.energy_weight=0", "optim.forces_weight=0"])
+    config_mod.load_config(overrides=["optim.energy_weight=0"])  # forces alone train
+
+
+def _fields(cls: type, prefix: str = "") -> dict[str, tuple[typing.Any, typing.Any]]:
+    """{dotted key: (declared type, default)} of a config dataclass, nested ones flattened."""
+    out = {}
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        hint = hints[field.name]
+        if dataclasses.is_dataclass(hint):
+            out.update(_fields(hint, f"{prefix}{field.name}."))
+        else:
+            default = (field.default_factory() if field.default is dataclasses.MISSING
+                       else field.default)
+            out[f"{prefix}{field.name}"] = (hint, default)
+    return out
+
+
+def _schema_leaves(node: dict, prefix: str = "") -> dict[str, dict]:
+    out = {}
+    for key, sub in node["properties"].items():
+        if sub.get("type") == "object":
+            assert sub.get("additionalProperties") is False, f"{prefix}{key}: typos must fail"
+            out.update(_schema_leaves(sub, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = sub
+    return out
+
+
+JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
+
+
+def _json_types(hint: typing.Any) -> set[str]:
+    if typing.get_origin(hint) is typing.Literal:
+        return {"string"}
+    if typing.get_origin(hint) is list:
+        return {"array"}
+    args = typing.get_args(hint)
+    return {"null" if a is type(None) else JSON_TYPES[a] for a in args} if args else {
+        JSON_TYPES[hint]}
+
+
+def test_schema_train_settings_are_config_py_keys_types_and_defaults():
+    assert SETTINGS.get("additionalProperties") is False
+    leaves, fields = _schema_leaves(SETTINGS), _fields(config_mod.TrainConfig)
+    assert set(leaves) == set(fields) - PER_CELL
+    for key, sub in leaves.items():
+        hint, default = fields[key]
+        if "enum" in sub:
+            assert sub["enum"] == list(typing.get_args(hint)), key
+        elif "anyOf" not in sub:  # batch.capacity: an integer or auto
+            declared = sub["type"] if isinstance(sub["type"], list) else [sub["type"]]
+            assert set(declared) == _json_types(hint), key
+        assert "default" not in sub, f"{key}: a schema default would reach every command line"
+        text = re.search(r"Default - (.+)$", " ".join(sub["description"].split())).group(1)
+        assert yaml.safe_load(text) == default, key
+
+
+def _bounds(sub: dict) -> dict[str, float]:
+    for branch in [sub, *sub.get("anyOf", [])]:
+        found = {k: v for k, v in branch.items() if "imum" in k}
+        if found:
+            return found
+    return {}
+
+
+def test_schema_ranges_equal_the_config_checks():
+    """Every bounded settings key: the schema and validate() agree on its boundary."""
+    leaves = _schema_leaves(SETTINGS)
+    bounded = {k for k, sub in leaves.items()
+               if _bounds(sub) or _bounds(sub.get("items", {}))}
+    assert bounded == set(config_mod.RANGES) - PER_CELL
+    for key in bounded:
+        sub = leaves[key]
+        is_list = "items" in sub
+        bounds = _bounds(sub["items"] if is_list else sub)
+        integer = "integer" in str(sub)
+        step = 1 if integer else 1e-9
+        cases = []  # (value, accepted)
+        for kind, edge in bounds.items():
+            inward = step if kind.lower().endswith("minimum") else -step
+            cases += [(edge + inward, True), (edge - inward, False),
+                      (edge, not kind.startswith("exclusive"))]
+        for value, accepted in cases:
+            override = f"{key}={[value] if is_list else value}"
+            if accepted:
+                config_mod.load_config(overrides=[override])
+            else:
+                with pytest.raises(config_mod.ConfigError, match=re.escape(key)):
+                    config_mod.load_config(overrides=[override])
+
+
+@pytest.mark.parametrize("fractions, message", [
+    (("0.5", "0.5"), "--valid 0.5 + --test 0.5 must be < 1"),
+    (("0.2", "0.9"), "must be < 1"),
+])
+def test_split_command_refuses_fractions_summing_to_one(tmp_path, capsys, fractions, message):
+    code = main(["split", "--graphs", str(tmp_path / "no-store"), "--output",
+                 str(tmp_path / "split.npz"), "--valid", fractions[0], "--test", fractions[1]])
+    assert code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "split.npz").exists()
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "nan"])
+def test_split_command_refuses_a_fraction_outside_0_1(tmp_path, capsys, value):
+    with pytest.raises(SystemExit):
+        main(["split", "--graphs", str(tmp_path), "--output", str(tmp_path / "s.npz"),
+              "--valid", value])
+    assert "argument --valid" in capsys.readouterr().err
