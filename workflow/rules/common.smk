@@ -1,6 +1,9 @@
 # Helpers shared by the rules: config validation, wildcard constraints, input functions.
 # Every value put on a command line is shell-quoted - `{x:q}` in shell strings, `command()`
 # for commands and options built in Python.
+import glob
+import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -86,10 +89,41 @@ def graph_dirs(wildcards):
     return [f"results/graphs/{m}" for m in member_datasets(wildcards.dataset)]
 
 
+def own_files(dataset):
+    """The files of a `kind: files` set: its `paths`, globs expanded (relative to the working
+    directory, the clone's root), in order, each once. A pattern that matches nothing stays as
+    written: the job then reruns and `cfmtrain convert` names it (an input function that
+    raised would leave the old graphs in place)."""
+    found = []
+    for pattern in DATASETS[dataset]["paths"]:
+        matches = glob.glob(os.path.expanduser(pattern), recursive=True)
+        found.extend(sorted(p for p in matches if os.path.isfile(p)) or [pattern])
+    return list(dict.fromkeys(found))
+
+
+def own_e0s_argument(e0s):
+    """`--e0s` of `cfmtrain convert --own-data` for config `e0s` (a keyword or a mapping)."""
+    if isinstance(e0s, str):
+        return e0s
+    return e0s["file"] if "file" in e0s else json.dumps(e0s)
+
+
 def frames_inputs(wildcards):
-    """A downloaded set needs its download first; others read from their own source."""
-    if dataset_config(wildcards)["kind"] == "download":
+    """What the frames step reads, so that a changed, added or removed file redoes it: the
+    download of a downloaded set, the files of an own set (and its E0s file), a manual set's."""
+    cfg = dataset_config(wildcards)
+    if cfg["kind"] == "download":
         return f"results/downloads/{wildcards.dataset}"
+    if cfg["kind"] == "files":
+        e0s = cfg.get("e0s", "fit")
+        e0s_file = [e0s["file"]] if isinstance(e0s, dict) and "file" in e0s else []
+        return [f for f in [*own_files(wildcards.dataset), *e0s_file] if os.path.isfile(f)]
+    if cfg["kind"] == "manual":  # its files once present (convert names a missing path)
+        path = cfg["path"]
+        if os.path.isdir(path):
+            return sorted(p for p in glob.glob(os.path.join(path, "**"), recursive=True)
+                          if os.path.isfile(p))
+        return [path] if os.path.isfile(path) else []
     return []
 
 
@@ -99,6 +133,14 @@ def frames_command(wildcards, output, threads):
     shards = cfg["shards"]
     if cfg["kind"] == "union":
         raise ValueError(f"data set {wildcards.dataset} is a union: it has no frames of its own")
+    if cfg["kind"] == "files":
+        keys = [f"{field}={name or ''}" for field, name in cfg.get("keys", {}).items()]
+        return command("python", "-m", "cfmtrain", "convert", wildcards.dataset, "--own-data",
+                       "--input", *own_files(wildcards.dataset), "--output", output[0],
+                       "--shards", shards, "--no-progress",
+                       *(word for pair in keys for word in ("--key", pair)),
+                       "--e0s", own_e0s_argument(cfg.get("e0s", "fit")),
+                       *(["--skip-invalid"] if config["skip_invalid"] else []))
     if cfg["kind"] == "generated":
         return command("python", "-m", "cfmtrain", "generate", "--output-dir", output[0],
                        "--num-shards", shards, "--scale", cfg["scale"], "--seed", cfg["seed"],

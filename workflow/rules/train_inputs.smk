@@ -46,11 +46,29 @@ def _flat(settings, prefix=""):
             yield f"{prefix}{key}", value
 
 
+def data_e0s(dataset):
+    """config model.e0s from the data set's `e0s` (files sets): None for fit (train.settings
+    decides), average, or the e0s.json its frames step wrote; a union's members must agree."""
+    members = member_datasets(dataset)
+    given = [DATASETS[m].get("e0s", "fit") for m in members]
+    if all(e0s == "fit" for e0s in given):
+        return None
+    if all(e0s == "average" for e0s in given):
+        return "average"
+    if len(members) == 1:
+        return f"results/data/{members[0]}/frames/e0s.json"
+    raise ValueError(f"data set {dataset}: its members' e0s differ or are given per member "
+                     f"({dict(zip(members, given))}); give every member e0s fit or average")
+
+
 def train_settings(wildcards):
     """`--set KEY=VALUE` options from config `train.settings` plus the size's fraction, shell
     quoted; values as JSON (5e-07, "8x0e", [16, 16], true), which cfmtrain reads by key type."""
     pairs = dict(_flat(TRAIN["settings"]))
     pairs["train_fraction"] = train_base(wildcards.trainset)[1]
+    e0s = data_e0s(train_base(wildcards.trainset)[0])
+    if e0s is not None:
+        pairs["model.e0s"] = e0s
     return command(*(word for k, v in pairs.items()
                      for word in ("--set", f"{k}={json.dumps(v, ensure_ascii=False)}")))
 

@@ -22,6 +22,7 @@ import numpy as np
 from ase import Atoms, units
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.data import own_files
 from cfmtrain.data.validate import (
     InvalidFrameError,
     RawFrame,
@@ -54,7 +55,7 @@ def build_atoms(frame: RawFrame, config_type: str) -> Atoms:
     atoms.info["REF_energy"] = energy
     if stress is not None:
         atoms.info["REF_stress"] = stress
-    atoms.info["config_type"] = config_type
+    atoms.info.setdefault("config_type", config_type)  # own data's frames keep their own
     atoms.arrays["REF_forces"] = forces
     for key, value in frame.arrays.items():
         atoms.arrays[key] = np.asarray(value)
@@ -276,6 +277,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stress-unit", choices=sorted(STRESS_UNITS), help="source stress unit")
     parser.add_argument("--config-type", help="config_type written to every frame (default NAME)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    own_files.add_arguments(parser)
 
 
 def default_options(name: str) -> ReadOptions:
@@ -300,6 +302,8 @@ def options_for(name: str, args: argparse.Namespace) -> ReadOptions:
 
 def run(args: argparse.Namespace) -> int:
     """Convert, print a summary; a bad frame or input is a one-line error and exit code 1."""
+    if args.own_data:
+        return own_files.run(args)
     try:
         opts = options_for(args.name, args)
         manifest = convert(args.name, args.input, args.output, args.shards, opts,
