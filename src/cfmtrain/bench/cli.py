@@ -1,4 +1,5 @@
-"""`cfmtrain bench <name>`: dispatch to one benchmark module (graphs, balance, kernels).
+"""`cfmtrain bench <name>`: dispatch to one benchmark module (graphs, balance, kernels, accuracy,
+loader).
 
 Only the chosen module is imported: each pulls in heavy libraries of its own.
 """
@@ -13,6 +14,7 @@ BENCHMARKS = {
     "balance": "cfmtrain.bench.balance",
     "kernels": "cfmtrain.bench.kernels",
     "accuracy": "cfmtrain.bench.accuracy",
+    "loader": "cfmtrain.bench.loader",
 }
 
 

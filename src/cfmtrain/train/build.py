@@ -19,6 +19,7 @@ from cfmtrain.train.config import TrainConfig
 from cfmtrain.train.data import GraphDataset, make_loader, nested_subset
 from cfmtrain.train.distenv import DistEnv
 from cfmtrain.train.metrics import ErrorSums
+from cfmtrain.train.prefetch import BatchLoader
 from cfmtrain.train.sampling import make_train_sampler
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -51,10 +52,11 @@ class Run:
     global_step: int = 0
     train_errors: ErrorSums = dataclasses.field(default_factory=ErrorSums)
 
-    def make_loader(self, dataset: GraphDataset, batch_sampler) -> torch.utils.data.DataLoader:
-        """A loader with the configured workers and pinned memory."""
+    def make_loader(self, dataset: GraphDataset, batch_sampler) -> BatchLoader:
+        """Batches assembled from the store's arrays, prefetched per the configured workers
+        (auto from this rank's CPUs), with pinned memory if configured."""
         return make_loader(dataset, batch_sampler, self.cfg.batch.num_workers,
-                           self.cfg.batch.pin_memory)
+                           self.cfg.batch.pin_memory, self.env.cpus_per_task)
 
 
 def load_parts(store: GraphStore, split_path: Path, cfg: TrainConfig) -> dict[str, np.ndarray]:

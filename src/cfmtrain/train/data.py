@@ -1,7 +1,9 @@
 """Graphs from a GraphStore as mace-torch AtomicData, the training subset, and the data loaders.
 
 The store's precomputed edges are used as they are (shifts = unit_shifts @ cell); nothing is
-recomputed. Batches come from a batch sampler that every rank computes identically.
+recomputed. Training, validation and test batches are assembled whole from the store's arrays
+(train.batching) and prefetched (train.prefetch); GraphDataset's per-graph AtomicData is what
+they equal (mace-torch's Collater over its items) and what tests compare with mace-torch.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ import numpy as np
 import torch
 from mace.data import AtomicData
 from mace.tools import AtomicNumberTable
-from mace.tools.torch_geometric.dataloader import Collater
 
 from cfmtrain.graphs.store import GraphStore
+from cfmtrain.train.batching import BatchAssembler
+from cfmtrain.train.cells import cell_fields, edge_shifts, graph_extent, molecule_cells
+from cfmtrain.train.prefetch import BatchLoader, resolve_workers
+from cfmtrain.train.store_arrays import store_arrays
 
 
 def nested_subset(indices: np.ndarray, subsets: np.ndarray, fraction: float, seed: int
@@ -27,20 +32,6 @@ def nested_subset(indices: np.ndarray, subsets: np.ndarray, fraction: float, see
         members = rng.permutation(indices[subsets[indices] == subset])
         keep.append(members[: max(1, int(np.ceil(fraction * len(members))))])
     return np.sort(np.concatenate(keep)).astype(np.int64)
-
-
-def molecule_cell(positions: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: float
-                  ) -> np.ndarray:
-    """mace-torch's cell for non-periodic directions (a large box), so that stress and volume
-    stay finite; shifts are unchanged since non-periodic unit shifts are zero."""
-    cell = np.array(cell, dtype=np.float64)
-    if not cell.any():
-        cell = np.identity(3)
-    extent = (np.abs(positions).max() if len(positions) else 0.0) + 1.0
-    for axis in range(3):
-        if not pbc[axis]:
-            cell[axis] = extent * 5 * cutoff * np.identity(3)[axis]
-    return cell
 
 
 class GraphDataset(torch.utils.data.Dataset):
@@ -71,6 +62,14 @@ class GraphDataset(torch.utils.data.Dataset):
         """The raw graph dict of item `item`."""
         return self.store[int(self.indices[item])]
 
+    def check_elements(self, index: int) -> None:
+        """Raise ValueError naming store graph `index`'s elements that the model lacks."""
+        numbers = self.store[int(index)]["numbers"]
+        missing = sorted(set(numbers[self.z_to_index[numbers] < 0].tolist()))
+        if missing:
+            raise ValueError(f"{self.store.path}: graph {index} has elements {missing} that the "
+                             f"model does not know (model elements: {list(self.z_table.zs)})")
+
     def __getitem__(self, item: int | tuple[int, float]) -> AtomicData:
         """Item `item`, or `(item, weight)` to weight the graph's loss (a repeated graph)."""
         item, weight = item if isinstance(item, tuple) else (item, 1.0)
@@ -79,9 +78,7 @@ class GraphDataset(torch.utils.data.Dataset):
         g["store_id"] = index
         species = self.z_to_index[g["numbers"]]
         if (species < 0).any():
-            missing = sorted(set(g["numbers"][species < 0].tolist()))
-            raise ValueError(f"{self.store.path}: graph {index} has elements {missing} that the "
-                             f"model does not know (model elements: {list(self.z_table.zs)})")
+            self.check_elements(index)
         data = self.to_atomic_data(g, species)
         if weight != 1.0:
             data.weight = data.weight * weight
@@ -91,19 +88,22 @@ class GraphDataset(torch.utils.data.Dataset):
         """The graph as mace-torch's AtomicData (the fields AtomicData.from_config fills)."""
         f = self.dtype
         n = len(species)
-        cell = molecule_cell(g["positions"], g["cell"], g["pbc"], self.cutoff)
+        extent = graph_extent(g["positions"], np.array([0, n]))
+        cell_t = torch.as_tensor(molecule_cells(g["cell"][None], np.asarray(g["pbc"])[None],
+                                                extent, self.cutoff)[0], dtype=f)
         unit_shifts = torch.as_tensor(g["unit_shifts"], dtype=f)
-        cell_t = torch.as_tensor(cell, dtype=f)
         one = torch.tensor(1.0, dtype=f)
         has_stress = self.use_stress and "stress" in g
         stress = torch.as_tensor(g["stress"], dtype=f) if has_stress else torch.zeros(3, 3, dtype=f)
-        volume = torch.linalg.det(cell_t)
+        volume, rcell = cell_fields(cell_t)
         return AtomicData(
             edge_index=torch.as_tensor(g["edge_index"], dtype=torch.long),
             node_attrs=torch.nn.functional.one_hot(torch.as_tensor(species),
                                                    len(self.z_table)).to(f),
             positions=torch.as_tensor(g["positions"], dtype=f),
-            shifts=unit_shifts @ cell_t, unit_shifts=unit_shifts, cell=cell_t,
+            shifts=edge_shifts(unit_shifts, cell_t[None],
+                               torch.zeros(len(unit_shifts), dtype=torch.long)),
+            unit_shifts=unit_shifts, cell=cell_t,
             weight=one, head=torch.tensor(0, dtype=torch.long), energy_weight=one,
             forces_weight=one, stress_weight=one if has_stress else torch.tensor(0.0, dtype=f),
             virials_weight=one, dipole_weight=torch.ones(1, 3, dtype=f), charges_weight=one,
@@ -115,17 +115,17 @@ class GraphDataset(torch.utils.data.Dataset):
             total_charge=torch.tensor(0.0, dtype=f), total_spin=one.clone(),
             pbc=torch.as_tensor(np.asarray(g["pbc"], bool)).view(1, 3),
             density_coefficients=torch.zeros(n, 1, dtype=f),
-            rcell=(2 * torch.pi * torch.linalg.inv(cell_t.mT)) if volume.abs() > 0
-            else torch.zeros(3, 3, dtype=f),
-            volume=volume, fermi_level=torch.tensor(0.0, dtype=f),
+            rcell=rcell, volume=volume, fermi_level=torch.tensor(0.0, dtype=f),
             external_field=torch.zeros(1, 3, dtype=f),
             store_id=torch.tensor(int(g.get("store_id", -1))),
         )
 
 
-def make_loader(dataset: GraphDataset, batch_sampler, num_workers: int = 0,
-                pin_memory: bool = False) -> torch.utils.data.DataLoader:
-    """A DataLoader over `batch_sampler`'s index lists, collated as mace-torch does."""
-    return torch.utils.data.DataLoader(
-        dataset, batch_sampler=batch_sampler, num_workers=num_workers, pin_memory=pin_memory,
-        collate_fn=Collater(follow_batch=[None], exclude_keys=[None]))
+def make_loader(dataset: GraphDataset, batch_sampler, num_workers: int | None = None,
+                pin_memory: bool = False, cpus_per_rank: int = 1) -> BatchLoader:
+    """Batches of `dataset` over `batch_sampler`'s item lists, assembled whole from the store's
+    arrays (held in memory when they fit, train.store_arrays) and prefetched per `num_workers`
+    (None: auto; train.prefetch)."""
+    arrays = store_arrays(dataset.store, cpus_per_rank)
+    workers = resolve_workers(num_workers, arrays.in_memory, cpus_per_rank)
+    return BatchLoader(BatchAssembler(dataset, arrays), batch_sampler, workers, pin_memory)

@@ -1,0 +1,161 @@
+"""`cfmtrain bench loader`: graphs/s of batch assembly on one core, every method on the same
+graphs and the same batches (a seeded shuffle, a fixed graph count per batch):
+
+- cfmtrain's loader: batches assembled whole from the store's arrays, held in memory (the
+  default when they fit) or read from the HDF5 shards per batch;
+- mace-torch's own in-memory path: its torch_geometric DataLoader collating pre-built AtomicData
+  (neighbour lists already computed, as `mace_run_train` holds them);
+- cfmtrain's former per-graph path: GraphDataset items read one by one and collated by
+  mace-torch's Collater.
+
+Every cfmtrain batch is compared with mace-torch's batch of the same graphs before the timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+
+PRESETS = {"quick": {"scale": 0.1, "repeats": 5}, "full": {"scale": 1.0, "repeats": 5}}
+MINI_GRAPHS = Path("results/graphs/mini")
+OURS, MACE = "cfmtrain (arrays in memory)", "mace-torch DataLoader (pre-built AtomicData)"
+GOAL = 10.0  # issue 12: ours >= 10x mace-torch's in-memory path on one core
+
+
+def batch_differences(ours, reference) -> list[str]:
+    """The fields in which two mace-torch batches differ (keys, dtype, shape or any value)."""
+    if sorted(ours.keys) != sorted(reference.keys):
+        return [f"keys {sorted(set(ours.keys) ^ set(reference.keys))}"]
+    bad = [k for k in reference.keys if ours[k].dtype != reference[k].dtype
+           or ours[k].shape != reference[k].shape or not bool((ours[k] == reference[k]).all())]
+    return bad + (["num_graphs"] if ours.num_graphs != reference.num_graphs else [])
+
+
+def make_batches(num_graphs: int, graphs_per_batch: int, seed: int) -> list[list[int]]:
+    """Every graph once in a seeded order, cut into batches of `graphs_per_batch`."""
+    order = np.random.default_rng(seed).permutation(num_graphs).tolist()
+    return [order[i:i + graphs_per_batch] for i in range(0, num_graphs, graphs_per_batch)]
+
+
+def methods(dataset, batches: list[list[int]]) -> dict[str, Callable[[], Iterable]]:
+    """Each method as a function returning an iterable over all `batches`."""
+    import torch
+    from mace.tools.torch_geometric.dataloader import Collater, DataLoader
+
+    from cfmtrain.train.batching import BatchAssembler
+    from cfmtrain.train.store_arrays import StoreArrays
+
+    memory = BatchAssembler(dataset, StoreArrays(dataset.store, budget=2**62))
+    disk = BatchAssembler(dataset, StoreArrays(dataset.store, budget=0))
+    built = [dataset[i] for i in range(len(dataset))]  # as mace_run_train holds its data
+    return {
+        OURS: lambda: map(memory, batches),
+        "cfmtrain (HDF5 read per batch)": lambda: map(disk, batches),
+        MACE: lambda: DataLoader(built, batch_sampler=batches),
+        "cfmtrain per-graph (GraphDataset + Collater), before": lambda: torch.utils.data.DataLoader(
+            dataset, batch_sampler=batches, collate_fn=Collater([None], [None])),
+    }
+
+
+def measure(dataset, graphs_per_batch: int, repeats: int, seed: int = 0) -> list[dict]:
+    """One row per method: graphs/s over `repeats` passes (median, min, max), methods
+    alternating within each pass so that a change of load affects all alike."""
+    batches = make_batches(len(dataset), graphs_per_batch, seed)
+    runs = methods(dataset, batches)
+    reference = list(runs[MACE]())
+    identical = {name: all(not batch_differences(a, b) for a, b in
+                           zip(fn(), reference, strict=True)) for name, fn in runs.items()}
+    seconds: dict[str, list[float]] = collections.defaultdict(list)
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            start = time.perf_counter()
+            for _batch in fn():
+                pass
+            seconds[name].append(time.perf_counter() - start)
+    n = len(dataset)
+    rows = [{"method": name, "graphs": n, "batches": len(batches),
+             "graphs_per_batch": graphs_per_batch, "atoms": int(dataset.num_atoms.sum()),
+             "edges": int(dataset.num_edges.sum()), "repeats": repeats,
+             "median_s": float(np.median(t)), "graphs_per_s": n / float(np.median(t)),
+             "graphs_per_s_min": n / max(t), "graphs_per_s_max": n / min(t),
+             "identical_to_mace": identical[name]} for name, t in seconds.items()]
+    mace_rate = next(r["graphs_per_s"] for r in rows if r["method"] == MACE)
+    for row in rows:
+        row["vs_mace"] = row["graphs_per_s"] / mace_rate
+    return rows
+
+
+def open_dataset(store_path: Path, dtype: str = "float32"):
+    """All graphs of the store as a GraphDataset for a model of the store's elements."""
+    import torch
+    from mace.tools import AtomicNumberTable
+
+    from cfmtrain.graphs.store import GraphStore
+    from cfmtrain.train.data import GraphDataset
+    from cfmtrain.train.model import store_elements
+
+    store = GraphStore(store_path)
+    everything = np.arange(len(store))
+    z_table = AtomicNumberTable(store_elements(store, everything).tolist())
+    return GraphDataset(store, everything, z_table, store.cutoff,
+                        getattr(torch, dtype), use_stress=True)
+
+
+def build_mini_store(folder: Path, scale: float, cutoff: float) -> Path:
+    """A one-shard store of the generated `mini` structures at `scale`."""
+    from cfmtrain.data.mini import iter_mini_frames
+    from cfmtrain.graphs.build import build_graphs
+    from cfmtrain.graphs.store import write_shard
+
+    frames = list(iter_mini_frames(scale=scale, seed=0))
+    write_shard(folder / "shard_0000.h5",
+                build_graphs(frames, "mini", cutoff, False, collections.Counter()), cutoff=cutoff)
+    return folder
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `cfmtrain bench loader`."""
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick",
+                        help="quick: mini at scale 0.1 when no store is given; full: scale 1")
+    parser.add_argument("--graphs", type=Path, default=None,
+                        help=f"graph store (default {MINI_GRAPHS} if built, else the generated "
+                             f"mini structures at the preset's scale)")
+    parser.add_argument("--graphs-per-batch", type=int, nargs="+", default=[8, 32],
+                        help="graphs per batch, one table block each (training default 8; the "
+                             "paper's 3072-atom bins hold about 27 mini graphs)")
+    parser.add_argument("--repeats", type=int, default=None, help="passes (default: preset's)")
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="CSV (default results/bench/loader_<preset>.csv)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Time every method on one core, print the table and the goal, write the CSV."""
+    import torch
+
+    from cfmtrain.bench.table import report
+
+    torch.set_num_threads(1)
+    preset = PRESETS[args.preset]
+    repeats = args.repeats or preset["repeats"]
+    with tempfile.TemporaryDirectory() as tmp:
+        store = args.graphs or (MINI_GRAPHS if MINI_GRAPHS.is_dir() else None)
+        source = str(store) if store else f"mini structures at scale {preset['scale']}"
+        store = store or build_mini_store(Path(tmp), preset["scale"], 4.5)
+        dataset = open_dataset(store, args.dtype)
+        rows = [{**row, "source": source} for size in args.graphs_per_batch
+                for row in measure(dataset, size, repeats)]
+    output = args.output or Path(f"results/bench/loader_{args.preset}.csv")
+    frame = report(rows, output, f"Batch assembly on one core, {len(dataset)} graphs of {source},"
+                                 f" {args.dtype} (graphs/s: median of {repeats} passes)")
+    for r in frame[frame.method == OURS].itertuples():
+        print(f"goal: {r.graphs_per_batch} graphs/batch: ours {r.vs_mace:.1f}x mace-torch's "
+              f"in-memory DataLoader (goal >= {GOAL:g}x), identical batches: "
+              f"{bool(frame.identical_to_mace.all())}")
+    return 0
