@@ -85,9 +85,16 @@ def test_forced_padding_is_weighted_warned_counted_or_dropped():
     seen = []
     for rank in range(4):
         sampler = DistributedBinPackSampler(sizes, 7, 4, rank, shuffle=False)
-        with pytest.warns(UserWarning, match="3 padding copies"):
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
             batches = list(sampler)
+            for epoch in (1, 2):  # every epoch has copies: said once per run
+                sampler.set_epoch(epoch)
+                assert len(list(sampler)) == 2 and sampler.padding_copies == 3
+        messages = [str(w.message) for w in said]
+        assert len(messages) == (rank == 0) and all("3 padding copies" in m for m in messages)
         assert sampler.padding_copies == 3 and len(batches) == 2
+        sampler.set_epoch(0)
         seen += [(b[0], float(sampler.batch_weights(s)[0])) for s, b in enumerate(batches)]
     assert sorted(g for g, w in seen if w == 1.0) == [0, 1, 2, 3, 4]
     assert len([w for _, w in seen if w == 0.0]) == 3
@@ -101,8 +108,7 @@ def test_weighted_pairs_scale_mace_style_weight():
     items = [Item(i) for i in range(5)]
     dataset = PaddingWeightedDataset(items)
     sampler = DistributedBinPackSampler([7] * 5, 7, 4, 1, shuffle=False, with_weights=True)
-    with pytest.warns(UserWarning):
-        batches = list(sampler)
+    batches = list(sampler)  # rank 1: the padding copies are said by rank 0 only
     got = [dataset[pair] for batch in batches for pair in batch]
     assert [float(x.weight) for x in got] == [1.0, 0.0]
     assert all(float(it.weight) == 1.0 for it in items)  # the wrapped items are untouched

@@ -32,8 +32,9 @@ class DistributedBinPackSampler(Sampler[list[int]]):
     `refine=False` among the options gives the paper's Algorithm 1 alone). When there are fewer
     graphs than bins, empty bins are filled with copies the DistributedSampler way; a copy has
     weight 0 (`batch_weights`, or `with_weights=True` to yield (index, weight) pairs for
-    `PaddingWeightedDataset`), a warning says so and `padding_copies` counts them. `drop_last`
-    drops the steps holding copies instead.
+    `PaddingWeightedDataset`), `padding_copies` counts them per epoch and rank 0 warns once (the
+    first epoch that has any; the count changes little between epochs). `drop_last` drops the
+    steps holding copies instead.
     """
 
     def __init__(self, sizes, capacity: float, num_replicas: int | None = None,
@@ -57,6 +58,7 @@ class DistributedBinPackSampler(Sampler[list[int]]):
         self._yielded = 0
         self._cache: tuple[int, Plan, np.ndarray] | None = None
         self.padding_copies = 0
+        self._warned = self.rank != 0  # padding copies are said once, by rank 0
 
     def _plan(self) -> tuple[Plan, np.ndarray]:
         """The epoch's plan as run (padded, maybe with steps dropped) and per-position weights."""
@@ -76,10 +78,12 @@ class DistributedBinPackSampler(Sampler[list[int]]):
             plan = plan.reordered(np.flatnonzero(np.repeat(keep, self.num_replicas)))
             weights = plan.weights(len(self.sizes))
             copies = 0
-        elif copies:
+        elif copies and not self._warned:
+            self._warned = True
             warnings.warn(f"DistributedBinPackSampler: epoch {self.epoch} has {copies} padding "
                           f"copies (graphs repeated so that every rank has a batch at every step, "
-                          f"as DistributedSampler does); they carry weight 0", stacklevel=3)
+                          f"as DistributedSampler does); they carry weight 0. Said once per run; "
+                          f"`padding_copies` counts them per epoch", stacklevel=3)
         self.padding_copies = copies
         self._cache = (self.epoch, plan, weights)
         return plan, weights
