@@ -52,7 +52,7 @@ class BatchConfig:
     capacity: int = 3072  # balancer bin capacity, in units of `size`
     size: Literal["atoms", "edges"] = "atoms"
     valid_graphs_per_batch: int = 8
-    num_workers: int = 0
+    num_workers: int | None = None  # None: auto, a prefetch thread (train.prefetch); N: processes
     pin_memory: bool = False
 
 
