@@ -65,7 +65,7 @@ def mace_arguments(cfg: TrainConfig, r_max: float, work: Path, *, name: str = "c
         "scheduler": "ReduceLROnPlateau", "lr_factor": o.lr_factor,
         "scheduler_patience": o.patience, "loss": "weighted", "energy_weight": o.energy_weight,
         "forces_weight": o.forces_weight, "clip_grad": o.clip_grad, "default_dtype": m.dtype,
-        "device": "cpu", "num_workers": b.num_workers, "use_reduced_cg": m.use_reduced_cg,
+        "device": "cpu", "num_workers": b.num_workers or 0, "use_reduced_cg": m.use_reduced_cg,
         "energy_key": "REF_energy", "forces_key": "REF_forces", "stress_key": "REF_stress",
         "error_table": "PerAtomMAE", "eval_interval": 1,
     }
