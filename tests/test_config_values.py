@@ -192,3 +192,25 @@ def test_split_command_refuses_a_fraction_outside_0_1(tmp_path, capsys, value):
         main(["split", "--graphs", str(tmp_path), "--output", str(tmp_path / "s.npz"),
               "--valid", value])
     assert "argument --valid" in capsys.readouterr().err
+
+
+def test_union_keys_read_each_of_their_types(tmp_path):
+    """batch.capacity is an integer or auto (the default); model.e0s is fit, average, a file or
+    a mapping of element to eV, from --set and from a config file alike."""
+    assert config_mod.TrainConfig().batch.capacity == "auto"
+    cfg = config_mod.load_config(overrides=["batch.capacity=96", "model.e0s=average"])
+    assert (cfg.batch.capacity, cfg.model.e0s) == (96, "average")
+    cfg = config_mod.load_config(overrides=["batch.capacity=auto",
+                                            "model.e0s={H: -13.6, 8: -2041.5}"])
+    assert (cfg.batch.capacity, cfg.model.e0s) == ("auto", {"H": -13.6, "8": -2041.5})
+    path = tmp_path / "c.yaml"
+    path.write_text("batch: {capacity: 3072}\nmodel: {e0s: frames/e0s.json}\n")
+    cfg = config_mod.load_config(path)
+    assert (cfg.batch.capacity, cfg.model.e0s) == (3072, "frames/e0s.json")
+    for bad, message in [("batch.capacity=big", "batch.capacity: 'big' fits none of its types"),
+                         ("batch.capacity=1e3", "batch.capacity: '1e3' fits none"),
+                         ("batch.capacity=0", "batch.capacity: 0 must be >= 1"),
+                         ("model.e0s={H: low}", "model.e0s: '{H: low}' must be fit, average"),
+                         ("model.e0s=fitted", "model.e0s: 'fitted' must be fit")]:
+        with pytest.raises(config_mod.ConfigError, match=message):
+            config_mod.load_config(overrides=[bad])

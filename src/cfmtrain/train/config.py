@@ -42,6 +42,9 @@ class ModelConfig:
     r_max: float | None = None  # None: the graph store's cutoff
     init_model: str | None = None  # a mace-torch .model file to fine-tune (a pickle: runs code)
     dtype: Literal["float32", "float64"] = "float32"
+    # isolated-atom energies: fit (least squares over the training split), average (mace-torch's),
+    # {element symbol or Z: eV}, or a JSON file of such a mapping (an own-data set's e0s.json)
+    e0s: dict[str, float] | str = "fit"
 
 
 @dataclasses.dataclass
@@ -49,7 +52,8 @@ class BatchConfig:
     """How graphs become batches: fixed count (baseline, kernel) or Algorithm 1 (balancer, both)."""
 
     graphs_per_batch: int = 8  # per rank, fixed-count variants (the paper used 6-8)
-    capacity: int = 3072  # balancer bin capacity, in units of `size`
+    # balancer bin capacity in units of `size`; auto: the baseline's steps per epoch (capacity.py)
+    capacity: int | Literal["auto"] = "auto"
     size: Literal["atoms", "edges"] = "atoms"
     valid_graphs_per_batch: int = 8
     num_workers: int | None = None  # None: auto, a prefetch thread (train.prefetch); N: processes
@@ -123,7 +127,13 @@ def _check_value(value: Any, hint: Any, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        return _check_value(value, next(a for a in args if a is not type(None)), key)
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _check_value(value, arg, key)
+            except ConfigError as err:
+                errors.append(str(err).removeprefix(f"config {key}: "))
+        raise ConfigError(f"config {key}: {value!r} fits none of its types: " + "; ".join(errors))
     if origin is Literal:
         if value not in args:
             raise ConfigError(f"config {key}: {value!r} is not one of {list(args)}")
@@ -132,6 +142,10 @@ def _check_value(value: Any, hint: Any, key: str) -> Any:
         if not isinstance(value, list | tuple):
             raise ConfigError(f"config {key}: expected a list, got {value!r}")
         return [_check_value(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config {key}: expected a mapping, got {value!r}")
+        return {str(k): _check_value(v, args[1], f"{key}.{k}") for k, v in value.items()}
     if hint is float:
         if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
             value = float(value)
@@ -177,7 +191,13 @@ def _from_text(text: str, hint: Any, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if type(None) in args and stripped in _NULLS:
             return None
-        return _from_text(text, next(a for a in args if a is not type(None)), key)
+        errors = []
+        for arg in (a for a in args if a is not type(None)):  # the first type that reads it
+            try:
+                return _check_value(_from_text(text, arg, key), arg, key)
+            except ConfigError as err:
+                errors.append(str(err).removeprefix(f"config {key}: "))
+        raise ConfigError(f"config {key}: {text!r} fits none of its types: " + "; ".join(errors))
     if hint is str or origin is Literal:
         return _unquote(text)
     if hint in _SCALARS:
@@ -259,6 +279,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                    if isinstance(v, int | float)]
         if not all(ok(v) for v in numbers):
             raise ConfigError(f"config {key}: {value!r} must be {expected}")
+    e0s = cfg.model.e0s
+    if isinstance(e0s, str) and e0s not in ("fit", "average") and not e0s.endswith(".json"):
+        raise ConfigError(f"config model.e0s: {e0s!r} must be fit, average, a mapping of element "
+                          "to eV or a .json file of one")
     o = cfg.optim
     if o.energy_weight == o.forces_weight == o.stress_weight == 0:
         raise ConfigError("config optim.energy_weight, optim.forces_weight, optim.stress_weight: "

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from ase.data import chemical_symbols
 
 from cfmtrain.atomic import atomic_path
 
@@ -100,6 +101,10 @@ def summarize(run, epochs: list[dict], test: dict, mean_batch: dict) -> dict:
         "train_fraction": run.cfg.train_fraction,
         **mean_batch,
         "stats": {"avg_num_neighbors": run.stats.avg_num_neighbors, "zs": run.stats.zs},
+        "e0s": {"method": run.stats.e0s_method,
+                "eV": {chemical_symbols[z]: e for z, e in zip(run.stats.zs, run.stats.e0s,
+                                                              strict=True)}},
+        "capacity": run.capacity.as_dict(),
         "provenance": provenance(run),
         "config": to_dict(run.cfg),
     }
