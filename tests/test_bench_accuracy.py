@@ -87,7 +87,8 @@ def test_mace_log_times_and_curve(tmp_path):
 
 def fake_run(run: str, maes: list[float], **info) -> RunResult:
     return RunResult(curve(run, [10.0 * (k + 1) for k in range(len(maes))], maes),
-                     {"steps_per_epoch": 3, "process_wall_s": 1.0, "e0s": {29: 0.5}, **info})
+                     {"steps_per_epoch": 3, "process_wall_s": 1.0, "e0s": {29: 0.5},
+                      "capacity": {"source": "auto", "value": 40}, **info})
 
 
 def test_extra_epochs_resume_only_runs_short_of_the_target(tmp_path, monkeypatch):
@@ -120,21 +121,10 @@ def test_extra_epochs_resume_only_runs_short_of_the_target(tmp_path, monkeypatch
     assert summary.loc["both", "time_to_target_s"] == pytest.approx(10 + 10 * 35 / 40)
 
 
-def test_capacity_below_the_largest_graph_stops_before_training(tmp_path, monkeypatch):
-    store, split, _ = make_store(tmp_path / "store", n=12)
-    monkeypatch.setattr(accuracy, "run_cfmtrain", None)  # not reached
-    parser = argparse.ArgumentParser()
-    accuracy.add_arguments(parser)
-    with pytest.raises(SystemExit, match="exceed the balancer capacity 2; pass --capacity auto"):
-        accuracy.run(parser.parse_args(["--graphs", str(store), "--split", str(split),
-                                         "--capacity", "2", "--output-dir", str(tmp_path)]))
-
-
 def test_cfmtrain_run_resumes_for_an_extra_epoch(tmp_path):
     store, split, _ = make_store(tmp_path / "store", n=12)
     cfg = load_config(None, [*TINY, "batch.graphs_per_batch=3", "measure_straggler=false"])
-    bench = Bench(cfg=cfg, graphs=[store], split=split, ranks=1, threads=1, work=tmp_path,
-                  capacity=12)
+    bench = Bench(cfg=cfg, graphs=[store], split=split, ranks=1, threads=1, work=tmp_path)
     first = run_cfmtrain(bench, "both", 1)
     more = run_cfmtrain(bench, "both", 2, resume=True)
     assert list(first.curve.epoch) == [0] and list(more.curve.epoch) == [0, 1]
@@ -176,4 +166,9 @@ def test_bench_end_to_end(tmp_path):
     assert (summary.steps_per_epoch > 0).all()
     record = json.loads((out / "accuracy_tiny.json").read_text())
     assert record["e0s_max_abs_diff_eV"] < 1e-6 and record["mace_batch_size"] == 3
+    # batch.capacity auto (the default): both takes as many optimiser steps as the baseline
+    assert record["capacity"]["source"] == "auto"
+    steps = summary.steps_per_epoch
+    assert steps["both"] <= steps["baseline"] == record["capacity"]["baseline_steps"]
+    assert steps["both"] >= 0.9 * steps["baseline"]
     assert (tmp_path / "fig.png").stat().st_size > 0 and (tmp_path / "fig.pdf").exists()

@@ -114,13 +114,6 @@ def goal_lines(summary: pd.DataFrame) -> list[str]:
     return lines
 
 
-def baseline_mean_capacity(num_atoms: np.ndarray, graphs_per_batch: int) -> int:
-    """The fixed-count baseline's mean atoms per batch: graphs per batch x mean atoms per
-    training graph. (Until `batch.capacity: auto`, which matches the baseline's steps per
-    epoch, is cfmtrain's default; then pass `--capacity auto`.)"""
-    return max(1, round(graphs_per_batch * float(np.mean(num_atoms))))
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Data, sizes, preset, outputs."""
     data = parser.add_mutually_exclusive_group(required=True)
@@ -149,9 +142,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graphs-per-batch", type=int,
                         help="graphs per batch and rank (default: the config's); "
                              "mace_run_train's batch is ranks x this")
-    parser.add_argument("--capacity",
-                        help="balancer capacity of `both`: atoms, or auto (default: the "
-                             "baseline's mean atoms per batch, computed here)")
     parser.add_argument("--seed", type=int, default=0, help="seed of every run")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="another training config key, for all runs")
@@ -190,18 +180,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(None, _settings(args))
     store = GraphStore(graphs if len(graphs) > 1 else graphs[0])
     parts = load_parts(store, split, cfg)
-    sizes = store.num_atoms[parts["train"]]
-    capacity = args.capacity or baseline_mean_capacity(sizes, cfg.batch.graphs_per_batch)
-    if capacity != "auto" and sizes.max() > int(capacity):
-        raise SystemExit(f"cfmtrain bench accuracy: training graphs of up to {sizes.max()} "
-                         f"atoms exceed the balancer capacity {capacity}; pass --capacity auto "
-                         f"(a bin of its own for each larger graph) or a capacity of at least "
-                         f"{sizes.max()}")
     work = (args.output_dir / f"accuracy_{name}").resolve()
     work.mkdir(parents=True, exist_ok=True)
     bench = Bench(cfg=cfg, graphs=[g.resolve() for g in graphs], split=split.resolve(),
-                  ranks=args.ranks, threads=args.threads or available_cpus(), work=work,
-                  capacity=capacity)
+                  ranks=args.ranks, threads=args.threads or available_cpus(), work=work)
     results = {}
     for variant in RUNS[:2]:
         print(f"training cfmtrain {variant} ({args.ranks} ranks)...", flush=True)
@@ -235,7 +217,8 @@ def run(args: argparse.Namespace) -> int:
     write_json(args.output_dir / f"accuracy_{name}.json", {
         "name": name, "graphs": [str(g) for g in bench.graphs], "split": str(bench.split),
         "ranks": bench.ranks, "threads": bench.threads, "rank_threads": bench.rank_threads,
-        "mace_batch_size": bench.ranks * cfg.batch.graphs_per_batch, "capacity": capacity,
+        "mace_batch_size": bench.ranks * cfg.batch.graphs_per_batch,
+        "capacity": results["both"].info["capacity"],
         "graphs_per_part": {k: len(v) for k, v in parts.items()},
         "e0s_eV": {str(z): e for z, e in e0s.items()}, "e0s_max_abs_diff_eV": e0_diff,
         "goals": lines, "summary": summary.to_dict("records"), "config": to_dict(cfg),

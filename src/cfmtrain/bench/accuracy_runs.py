@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import re
 import shutil
 import subprocess
@@ -52,7 +53,6 @@ class Bench:
     ranks: int
     threads: int
     work: Path
-    capacity: int | str  # balancer capacity of `both` (a number of atoms, or "auto")
 
     @property
     def rank_threads(self) -> int:
@@ -102,8 +102,6 @@ def run_cfmtrain(bench: Bench, variant: str, epochs: int, resume: bool = False) 
                "--threads", str(bench.rank_threads), "--", "train", "--graphs",
                *map(str, bench.graphs), "--split", str(bench.split), "--output", str(folder),
                "--config", str(config), *(["--resume", "auto"] if resume else [])]
-    if variant in ("balancer", "both"):
-        command += ["--set", f"batch.capacity={bench.capacity}"]
     log = bench.work / f"{variant}.log"
     t0 = time.perf_counter()
     with open(log, "a" if resume else "w") as out:
@@ -116,7 +114,8 @@ def run_cfmtrain(bench: Bench, variant: str, epochs: int, resume: bool = False) 
     epochs_csv = pd.read_csv(folder / "epochs.csv")
     return RunResult(cfmtrain_curve(variant, epochs_csv), {
         "steps_per_epoch": int(epochs_csv.steps.iloc[-1]), "process_wall_s": wall,
-        "e0s": model_e0s(folder / "final.model")})
+        "e0s": model_e0s(folder / "final.model"),
+        "capacity": json.loads((folder / "summary.json").read_text())["capacity"]})
 
 
 def log_times(log: Path) -> dict[int | None, float]:
