@@ -16,7 +16,7 @@ from cfmtrain.train.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ["all", "graphs", "stats", "balance", "benchmark", "ablation", "sweeps", "simulate",
-           "figures"]
+           "figures", "accuracy"]
 
 
 def snakemake(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -33,7 +33,8 @@ def test_lint():
 # what `all` runs: every stage (frames to figures); `download` only for downloaded sets and
 # the ~8-minute baseline check only in `ablation`
 ALL_RULES = {"frames", "graph_shard", "split", "stats_dataset", "balance_report", "bench_balance",
-             "bench_graphs", "bench_kernels", "train_cell", "sweep_batch", "sweep_capacity",
+             "bench_graphs", "bench_kernels", "bench_loader", "train_cell", "sweep_batch",
+             "sweep_capacity",
              "simulate_scaling", "all"} | {f"figure_{name}" for name in (
                  "fig06_ablation", "fig07_strong_scaling", "fig08_speedup", "fig09_loss",
                  "fig10_weak_scaling", "fig11_batch_size", "fig11_capacity", "fig13_straggler",
@@ -89,7 +90,10 @@ def test_dry_run_every_other_target(config):
     counts = job_counts(result.stdout)
     checks = len(yaml.safe_load((ROOT / config).read_text())["train"].get("baseline_check", []))
     assert counts.get("baseline_check", 0) == checks
-    assert set(counts) - {"download", "baseline_check"} == ALL_RULES - {"all"} | set(others)
+    assert counts["bench_accuracy"] == len(yaml.safe_load(
+        (ROOT / "config/config.yaml").read_text())["accuracy"]["datasets"])
+    assert set(counts) - {"download", "baseline_check", "bench_accuracy"} == (
+        ALL_RULES - {"all"} | set(others))
 
 
 def _bad_config(tmp_path: Path, edit) -> Path:

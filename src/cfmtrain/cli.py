@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "graphs": ("cfmtrain.graphs.build", "build radius graphs into an HDF5 shard", False),
     "stats": ("cfmtrain.stats", "data set statistics: Table 3 and Figure 5", False),
     "balance": ("cfmtrain.balance.report", "packing-quality table and Figure 12", False),
-    "bench": ("cfmtrain.bench.cli", "benchmarks: graphs, balance, kernels", True),
+    "bench": ("cfmtrain.bench.cli", "benchmarks: graphs, balance, kernels, loader, accuracy", True),
     "launch": ("cfmtrain.launch", "run R ranks: srun under Slurm, else torchrun", False),
     "train": ("cfmtrain.train.cli", "data-parallel MACE training (one ablation cell)", True),
     "baseline-check": ("cfmtrain.train.baseline_check", "baseline step time against "

@@ -176,4 +176,5 @@ def balance_targets():
 
 def bench_targets():
     preset = config["bench"]["preset"]
-    return [f"results/bench/{name}_{preset}.csv" for name in ("graphs", "balance", "kernels")]
+    names = ("graphs", "balance", "kernels", "loader")
+    return [f"results/bench/{name}_{preset}.csv" for name in names]
