@@ -1,8 +1,9 @@
 """The registry of data sets: the paper's eight (Table 3) plus the embedded `mini`.
 
 Each entry says where the data comes from (a URL, `manual` with instructions, or `generated`),
-its checksum where one is published (never invented: `None` means the first download records one),
-its format and the converter that turns it into the pipeline's extxyz shards.
+its checksum where one is published (never invented: with `None` a download is accepted only when
+its complete length was confirmed, and its sha256 is then recorded), its format and the converter
+that turns it into the pipeline's extxyz shards.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ class DatasetEntry:
             f"  source:   {self.source}; format {self.format}; converter {self.converter}",
         ]
         for f in self.files:
-            check = f"{f.algorithm} {f.checksum}" if f.checksum else "none published"
+            check = (f"{f.algorithm} {f.checksum}" if f.checksum else
+                     "none published (accepted only with a confirmed length; sha256 recorded)")
             lines.append(f"  file:     {f.filename} ({f.size or 'size ?'}) <- {f.url}")
             lines.append(f"            checksum: {check}")
         if self.instructions:
@@ -110,8 +112,12 @@ _register(DatasetEntry(
     files=(SourceFile(
         url="https://figshare.com/ndownloader/files/41619375",
         filename="MPtrj_2022.9_full.json",
-        checksum=None,  # not recorded here: the first download writes MPtrj_2022.9_full.json.sha256
-        size="11.35 GB",
+        # figshare's own MD5 of file 41619375 (its API's `computed_md5` for article 23713842 v2,
+        # size 12,188,168,685 bytes), as quoted from that API by a public project; we could not
+        # query figshare from here nor download the 11 GiB to recompute it.
+        checksum="50ead5f27f9a4f6beb7564c4188f1e9f",
+        algorithm="md5",
+        size="11.35 GiB (12,188,168,685 bytes)",
     ),),
     keys=SourceKeys(energy="uncorrected_total_energy", forces="force", stress="stress",
                     stress_unit="kBar-vasp"),
@@ -181,6 +187,9 @@ _register(DatasetEntry(
     files=(SourceFile(
         url="https://figshare.com/ndownloader/files/38063847",
         filename="W3-W30_all_geoms_TTM2.1-F.zip",
+        # None: figshare computes an MD5 of every file, but we found no copy of this one's and
+        # could not query figshare offline. The download is accepted only if its length is
+        # confirmed (Content-Length / Content-Range); its sha256 is then recorded beside it.
         checksum=None,
     ),),
     instructions="""\
