@@ -14,7 +14,6 @@ from typing import NamedTuple
 
 import torch
 from e3nn import o3
-from mace.modules.blocks import InteractionBlock
 
 from cfmtrain.kernels.backend import load_ops
 
@@ -288,7 +287,10 @@ class FusedChannelwiseConv(torch.nn.Module):
         return tp
 
 
-def _interaction_blocks(model: torch.nn.Module) -> list[InteractionBlock]:
+def _interaction_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    # imported here: importing mace sets TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 for the process
+    from mace.modules.blocks import InteractionBlock
+
     return [m for m in model.modules() if isinstance(m, InteractionBlock) and hasattr(m, "conv_tp")]
 
 
