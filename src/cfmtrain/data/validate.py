@@ -6,6 +6,7 @@ frame's result is its first problem in a fixed order of checks, as (reason, deta
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,10 +19,34 @@ MIN_DISTANCE = 0.1  # Angstrom: closer atoms are an error
 # The overlap search runs vesin at this radius and keeps pairs below MIN_DISTANCE: vesin bins space
 # by its cutoff, and 0.1 A bins make it ~20-1000x slower (88 ms vs 4 ms for 768 atoms of water).
 OVERLAP_SEARCH_RADIUS = 2.0
-MIN_ABS_DET = 1e-6  # Angstrom^3: smaller |det(cell)| with any periodic direction is singular
+MIN_ABS_DET = 1e-6  # A^3 (A^2, A): a smaller volume (area, length) of the periodic vectors is
+# singular; a non-periodic vector is free (a slab with pbc T T F may have a zero c vector)
 KEYS: dict[str, str | None] = {"energy": "REF_energy", "forces": "REF_forces",
                                "stress": "REF_stress"}
 Problem = tuple[str, str]  # (reason, detail)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The largest label magnitudes accepted; larger ones are refused as absurd.
+
+    Far above physical values, far below what overflows a loss: |E|/atom 1e6 eV exceeds the
+    all-electron total energy of every element up to Z ~ 100 (uranium: ~7.6e5 eV), a 1e4 eV/A
+    force component is ~100x the largest in MPtrj, 1e3 eV/A^3 of stress is 160 TPa.
+    """
+
+    max_energy_per_atom: float = 1e6  # eV/atom, |E| / number of atoms
+    max_force: float = 1e4  # eV/A, any force component
+    max_stress: float = 1e3  # eV/A^3, any stress component
+
+    def __post_init__(self) -> None:
+        for name in ("max_energy_per_atom", "max_force", "max_stress"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 < value < np.inf):
+                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+LIMITS = Limits()
 
 
 class InvalidFrameError(ValueError):
@@ -172,22 +197,35 @@ def _nonfinite_positions(frames: Sequence[RawFrame]) -> dict[int, Problem]:
 
 
 def _bad_cells(frames: Sequence[RawFrame]) -> dict[int, Problem]:
+    """Non-finite cells, and periodic cell vectors that span no volume (area, length).
+
+    Only the periodic vectors must be independent: sqrt(det(Gram)) of the periodic rows is
+    their volume (3 periodic), area (2: a slab, whose c vector may be zero) or length (1).
+    """
     cells = np.array([f.cell for f in frames], dtype=float).reshape(-1, 3, 3)
     finite = np.isfinite(cells).all(axis=(1, 2))
     found = {k: ("non-finite cell", "") for k in np.flatnonzero(~finite).tolist()}
-    periodic = np.array([f.pbc for f in frames], dtype=bool).reshape(-1, 3).any(axis=1)
-    candidates = np.flatnonzero(periodic & finite)
+    pbc = np.array([f.pbc for f in frames], dtype=bool).reshape(-1, 3)
+    candidates = np.flatnonzero(pbc.any(axis=1) & finite)
     if candidates.size:
-        det = np.abs(np.linalg.det(cells[candidates]))
-        singular = det < MIN_ABS_DET
-        for k, d in zip(candidates[singular].tolist(), det[singular].tolist(), strict=True):
-            found[k] = ("singular cell with periodic boundaries", f"|det(cell)| = {d:.3g} A^3, "
-                        f"pbc = {[bool(p) for p in frames[k].pbc]}")
+        periodic = pbc[candidates]
+        vectors = cells[candidates] * periodic[:, :, None]
+        gram = np.einsum("kij,klj->kil", vectors, vectors) + np.eye(3) * ~periodic[:, :, None]
+        span = np.sqrt(np.abs(np.linalg.det(gram)))
+        singular = ~(span >= MIN_ABS_DET)
+        for k, d in zip(candidates[singular].tolist(), span[singular].tolist(), strict=True):
+            flags = [bool(p) for p in frames[k].pbc]
+            what = {3: "|det(cell)|", 2: "area of the periodic vectors",
+                    1: "length of the periodic vector"}[sum(flags)]
+            unit = {3: "A^3", 2: "A^2", 1: "A"}[sum(flags)]
+            found[k] = ("singular cell with periodic boundaries",
+                        f"{what} = {d:.3g} {unit}, pbc = {flags}")
     return found
 
 
-def _bad_labels(frames: Sequence[RawFrame]) -> dict[int, Problem]:
-    """Missing or malformed labels (per frame), then non-finite energy, forces, stress."""
+def _bad_labels(frames: Sequence[RawFrame], limits: Limits = LIMITS) -> dict[int, Problem]:
+    """Missing or malformed labels (per frame), then non-finite, then absurd (beyond `limits`)
+    energy, forces, stress."""
     found: dict[int, Problem] = {}
     ks, energies, forces, stresses = [], [], [], []
     for k, frame in enumerate(frames):
@@ -202,9 +240,11 @@ def _bad_labels(frames: Sequence[RawFrame]) -> dict[int, Problem]:
         stresses.append(s)
     if not ks:
         return found
-    for j in np.flatnonzero(~np.isfinite(np.array(energies))).tolist():
+    energies_array = np.array(energies)
+    for j in np.flatnonzero(~np.isfinite(energies_array)).tolist():
         found[ks[j]] = ("non-finite energy", f"energy = {energies[j]}")
-    finite = np.isfinite(np.concatenate(forces, axis=None))
+    flat = np.abs(np.concatenate(forces, axis=None))
+    finite = np.isfinite(flat)
     if not finite.all():
         for j in _owners(forces, ~finite):
             found.setdefault(ks[j], ("non-finite forces",
@@ -214,23 +254,42 @@ def _bad_labels(frames: Sequence[RawFrame]) -> dict[int, Problem]:
         finite = np.isfinite(np.array([stresses[j] for j in with_stress])).all(axis=(1, 2))
         for i in np.flatnonzero(~finite).tolist():
             found.setdefault(ks[with_stress[i]], ("non-finite stress", ""))
+    # absurd values: NaN compares False, so non-finite ones (found above) are not flagged again
+    per_atom = np.abs(energies_array) / np.array([len(f) for f in forces])
+    for j in np.flatnonzero(per_atom > limits.max_energy_per_atom).tolist():
+        found.setdefault(ks[j], ("absurd energy", f"energy = {energies[j]:.6g} eV, "
+                                 f"{per_atom[j]:.3g} eV/atom; limit {limits.max_energy_per_atom:g}"
+                                 " eV/atom (max_energy_per_atom)"))
+    if (flat > limits.max_force).any():
+        for j in _owners(forces, flat > limits.max_force):
+            atom, axis = np.unravel_index(int(np.nanargmax(np.abs(forces[j]))), forces[j].shape)
+            found.setdefault(ks[j], ("absurd forces", f"force {forces[j][atom, axis]:.6g} eV/A "
+                                     f"on atom {atom} ({'xyz'[axis]}); limit "
+                                     f"{limits.max_force:g} eV/A (max_force)"))
+    for j in with_stress:
+        peak = np.abs(stresses[j]).max()
+        if peak > limits.max_stress:
+            found.setdefault(ks[j], ("absurd stress", f"|stress| up to {peak:.6g} eV/A^3; "
+                                     f"limit {limits.max_stress:g} eV/A^3 (max_stress)"))
     return found
 
 
 CHECKS: tuple[Callable[[Sequence[RawFrame]], dict[int, Problem]], ...] = (
-    _empty, _unknown_elements, _nonfinite_positions, _bad_cells, _bad_labels)
+    _empty, _unknown_elements, _nonfinite_positions, _bad_cells)
 
 
-def check_frames(frames: Sequence[RawFrame], check_overlap: bool = True) -> list[Problem | None]:
+def check_frames(frames: Sequence[RawFrame], check_overlap: bool = True,
+                 limits: Limits = LIMITS) -> list[Problem | None]:
     """The first problem (reason, detail) of each frame, or None where it is usable. Pure.
 
     In order: a reader's problem, empty frame, unknown element (Z outside 1..118, e.g. 'X'),
-    non-finite positions, non-finite cell, singular cell with periodic boundaries, missing or
-    malformed energy / forces / stress, non-finite energy / forces / stress, and with
-    `check_overlap` atoms (or periodic images) closer than MIN_DISTANCE.
+    non-finite positions, non-finite cell, singular cell with periodic boundaries (periodic
+    vectors spanning no volume, area or length), missing or malformed energy / forces /
+    stress, non-finite energy / forces / stress, absurd energy / forces / stress (beyond
+    `limits`), and with `check_overlap` atoms (or periodic images) closer than MIN_DISTANCE.
     """
     problems: list[Problem | None] = [f.problem for f in frames]
-    for check in CHECKS:
+    for check in (*CHECKS, functools.partial(_bad_labels, limits=limits)):
         pending = [k for k, p in enumerate(problems) if p is None]
         if not pending:
             break
@@ -243,9 +302,10 @@ def check_frames(frames: Sequence[RawFrame], check_overlap: bool = True) -> list
     return problems
 
 
-def check_frame(frame: RawFrame, check_overlap: bool = True) -> Problem | None:
+def check_frame(frame: RawFrame, check_overlap: bool = True,
+                limits: Limits = LIMITS) -> Problem | None:
     """(reason, detail) of the first problem of a frame, or None if it is usable."""
-    return check_frames([frame], check_overlap)[0]
+    return check_frames([frame], check_overlap, limits)[0]
 
 
 def _overlap(frame: RawFrame) -> Problem | None:
@@ -279,39 +339,39 @@ def _raw(atoms: Atoms, source: str | os.PathLike, index: int | str,
 
 def atoms_problems(frames: Sequence[Atoms], source: str | os.PathLike, start: int = 0,
                    keys: dict[str, str | None] | None = None,
-                   check_overlap: bool = True) -> list[Problem | None]:
+                   check_overlap: bool = True, limits: Limits = LIMITS) -> list[Problem | None]:
     """check_frames for labelled ase.Atoms numbered start, start + 1, ... Pure.
 
     `keys` maps "energy"/"forces"/"stress" to the frames' key names (default MACE's REF_*).
     """
     return check_frames([_raw(a, source, start + k, keys) for k, a in enumerate(frames)],
-                        check_overlap)
+                        check_overlap, limits)
 
 
 def atoms_problem(atoms: Atoms, source: str | os.PathLike, index: int | str,
                   keys: dict[str, str | None] | None = None,
-                  check_overlap: bool = True) -> Problem | None:
+                  check_overlap: bool = True, limits: Limits = LIMITS) -> Problem | None:
     """(reason, detail) of the first problem of one labelled frame, or None. Pure."""
-    return check_frame(_raw(atoms, source, index, keys), check_overlap)
+    return check_frame(_raw(atoms, source, index, keys), check_overlap, limits)
 
 
 def frame_message(atoms: Atoms, source: str | os.PathLike, index: int | str,
                   keys: dict[str, str | None] | None = None,
-                  check_overlap: bool = True) -> str | None:
+                  check_overlap: bool = True, limits: Limits = LIMITS) -> str | None:
     """None if the frame is usable, else `file: frame i: reason (detail)`. Pure."""
-    problem = atoms_problem(atoms, source, index, keys, check_overlap)
+    problem = atoms_problem(atoms, source, index, keys, check_overlap, limits)
     return None if problem is None else format_problem(str(source), index, *problem)
 
 
 def validate_atoms(atoms: Atoms, source: str | os.PathLike, index: int | str,
                    keys: dict[str, str | None] | None = None,
-                   check_overlap: bool = True) -> None:
+                   check_overlap: bool = True, limits: Limits = LIMITS) -> None:
     """Return None for a usable frame; raise InvalidFrameError (file, frame, reason) otherwise.
 
     The checks are check_frames'. `keys` maps "energy"/"forces"/"stress" to key names (default
     REF_*). A caller that builds its own neighbour list may pass `check_overlap=False` and test
     its edge lengths against MIN_DISTANCE. Use `frame_message` for the message as a string.
     """
-    problem = atoms_problem(atoms, source, index, keys, check_overlap)
+    problem = atoms_problem(atoms, source, index, keys, check_overlap, limits)
     if problem is not None:
         raise InvalidFrameError(str(source), index, *problem)
