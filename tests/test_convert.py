@@ -292,7 +292,8 @@ def test_folder_input_and_cli(tmp_path, mptrj_file, capsys):
     assert cli_main(["convert", "tmd", "--input", str(folder), "--output", str(out),
                      "--no-progress"]) == 1  # REF_energy is not in these files
     assert "frame 0: missing energy" in capsys.readouterr().err
-    assert not (out / "manifest.json").exists()
+    # the failed re-convert left the previous good output (issue #11)
+    assert json.loads((out / "manifest.json").read_text())["frames_per_shard"] == [2, 1]
 
 
 # ---------------------------------------------------------------- bad input
@@ -358,15 +359,17 @@ def test_bad_frame_is_a_clear_error_or_skipped(tmp_path, reason):
         "frames_0000.extxyz", "frames_0001.extxyz", "manifest.json"]
 
 
-def test_failed_rerun_removes_previous_outputs(tmp_path):
+def test_failed_rerun_keeps_previous_outputs(tmp_path):
     src = tmp_path / "in.extxyz"
     ase.io.write(src, [good(0), good(1)], format="extxyz")
     out = tmp_path / "out"
     convert("zeolite", [src], out, progress=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
     ase.io.write(src, [good(0), bad_frame("missing forces")], format="extxyz")
     with pytest.raises(InvalidFrameError):
         convert("zeolite", [src], out, progress=False)
-    assert list(out.iterdir()) == []  # the old manifest would otherwise look complete
+    # replaced only on success (issue #11): old shards and manifest as they were, no leftovers
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 def test_validate_atoms():

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from ase import Atoms
 
-from cfmtrain.atomic import atomic_path
+from cfmtrain.data.extxyz import EmptyInputError, iter_extxyz, named_errors
 from cfmtrain.data.own_e0s import Located, check_covers, resolve_e0s, write_e0s
 from cfmtrain.data.own_keys import FIELDS, LabelKeys, config_type_of, own_frame
-from cfmtrain.data.validate import InvalidFrameError, RawFrame
+from cfmtrain.data.validate import LIMITS, InvalidFrameError, Limits, Problem, RawFrame
 
 FORMATS = {".extxyz": "extxyz", ".xyz": "extxyz", ".traj": "traj", ".db": "db"}
 ISOLATED_TYPES = ("IsolatedAtom", "isolated_atom")
@@ -49,17 +49,35 @@ def _db_atoms(path: Path) -> Iterator[tuple[str, Atoms]]:
             yield f"id={row.id}", atoms
 
 
-def read_atoms(path: Path) -> Iterator[Located]:
-    """(file, frame, atoms) of every frame of one file."""
+def read_located(path: Path) -> Iterator[tuple[str, int | str, Atoms | None, Problem | None]]:
+    """(file, frame, atoms, None) of every frame of one file, or (file, frame, None, problem)
+    for an unreadable one; errors name the file and frame; a file without frames is an error."""
     import ase.io
 
-    kind = own_format(path)
-    if kind == "db":
-        frames = _db_atoms(path)
-    else:
-        frames = enumerate(ase.io.iread(str(path), index=":", format=kind))
-    for index, atoms in frames:
-        yield str(path), index, atoms
+    kind, source = own_format(path), str(path)
+    if path.stat().st_size == 0:
+        raise EmptyInputError(source)
+    if kind == "extxyz":
+        with open(path, encoding="utf-8") as fh:
+            for index, atoms, problem in iter_extxyz(fh, source):
+                yield source, index, atoms, problem
+        return
+    frames = (_db_atoms(path) if kind == "db"
+              else enumerate(ase.io.iread(source, index=":", format=kind)))
+    count = 0
+    for index, atoms in named_errors(frames, source, lambda item: item[0]):
+        count += 1
+        yield source, index, atoms, None
+    if count == 0:
+        raise EmptyInputError(source, "no frames read")
+
+
+def read_atoms(path: Path) -> Iterator[Located]:
+    """(file, frame, atoms) of every frame of one file; an unreadable frame is an error."""
+    for source, index, atoms, problem in read_located(path):
+        if problem is not None:
+            raise InvalidFrameError(source, index, *problem)
+        yield source, index, atoms
 
 
 @dataclass
@@ -72,8 +90,13 @@ class OwnReader:
 
     def frames(self, files: Sequence[Path]) -> Iterator[RawFrame]:
         """The frames to train on, file by file, in order."""
+        from cfmtrain.data.convert import problem_frame
+
         for path in files:
-            for source, index, atoms in read_atoms(path):
+            for source, index, atoms, problem in read_located(path):
+                if problem is not None:
+                    yield problem_frame(source, index, problem)
+                    continue
                 if config_type_of(atoms, self.keys) in ISOLATED_TYPES:
                     self.isolated.append((source, index, atoms))
                     continue
@@ -95,9 +118,17 @@ def parse_keys(pairs: Sequence[str]) -> LabelKeys:
 
 def convert_own(dataset: str, files: Sequence[str | os.PathLike], output_dir: str | os.PathLike,
                 num_shards: int = 1, keys: LabelKeys | None = None, e0s: str = "fit",
-                skip_invalid: bool = False, progress: bool = True) -> dict:
-    """Convert own files into frame shards, `e0s.json` (given E0s) and manifest.json (last)."""
-    from cfmtrain.data.convert import MANIFEST, SHARD_NAME, write_shards
+                skip_invalid: bool = False, progress: bool = True,
+                limits: Limits = LIMITS) -> dict:
+    """Convert own files into frame shards, `e0s.json` (given E0s) and manifest.json (last);
+    the previous outputs in `output_dir` are replaced only if the conversion succeeds."""
+    from cfmtrain.data.convert import (
+        MANIFEST,
+        SHARD_NAME,
+        limits_record,
+        staged_outputs,
+        write_shards,
+    )
     from cfmtrain.data.download import file_digest
 
     keys = keys or LabelKeys.from_mapping()
@@ -107,25 +138,25 @@ def convert_own(dataset: str, files: Sequence[str | os.PathLike], output_dir: st
             raise FileNotFoundError(f"{path}: " + ("matches no file" if glob.has_magic(str(path))
                                                    else "no such file"))
         own_format(path)
-    (Path(output_dir) / MANIFEST).unlink(missing_ok=True)
     # a bad mapping or file fails before any frame is read; `isolated` needs the frames first
     given = None if e0s == "isolated" else resolve_e0s(e0s, [], keys, read_atoms)
     reader = OwnReader(keys)
-    counts = write_shards(reader.frames(paths), output_dir, num_shards, dataset, skip_invalid,
-                          progress)
-    given = given or resolve_e0s(e0s, reader.isolated, keys, read_atoms)
-    check_covers(given, reader.numbers)
-    write_e0s(output_dir, given)
-    manifest = {
-        "dataset": dataset, "kind": "files", "default_config_type": dataset,
-        "sources": [{"path": str(p), "bytes": p.stat().st_size, "sha256": file_digest(p)}
-                    for p in paths],
-        "keys": keys.as_dict(), "e0s": given.record(), "isolated_atoms": len(reader.isolated),
-        "num_shards": num_shards, "shards": [SHARD_NAME.format(k) for k in range(num_shards)],
-        **counts,
-    }
-    with atomic_path(Path(output_dir) / MANIFEST) as tmp:
-        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    with staged_outputs(output_dir) as staging:
+        counts = write_shards(reader.frames(paths), staging, num_shards, dataset, skip_invalid,
+                              progress, limits)
+        given = given or resolve_e0s(e0s, reader.isolated, keys, read_atoms)
+        check_covers(given, reader.numbers)
+        write_e0s(staging, given)
+        manifest = {
+            "dataset": dataset, "kind": "files", "default_config_type": dataset,
+            "sources": [{"path": str(p), "bytes": p.stat().st_size, "sha256": file_digest(p)}
+                        for p in paths],
+            "keys": keys.as_dict(), "e0s": given.record(),
+            "isolated_atoms": len(reader.isolated), "limits": limits_record(limits),
+            "num_shards": num_shards, "shards": [SHARD_NAME.format(k) for k in range(num_shards)],
+            **counts,
+        }
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 
@@ -144,10 +175,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`cfmtrain convert NAME --own-data ...`: convert, print a summary or a one-line error."""
+    from cfmtrain.data.convert import limits_for
+
     try:
         manifest = convert_own(args.name, args.input, args.output, args.shards,
                                parse_keys(args.key), args.e0s, args.skip_invalid,
-                               not args.no_progress)
+                               not args.no_progress, limits_for(args))
     except (InvalidFrameError, ValueError, FileNotFoundError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
