@@ -82,7 +82,9 @@ def test_self_images_in_small_cell_count():
     assert (graph.edge_index == 0).all() and not (graph.unit_shifts == 0).all(axis=1).any()
 
 
-def test_shift_beyond_stored_range_is_refused():
+def test_shift_beyond_int8_is_widened():
     # a 0.03 Å periodic axis puts images 150 cells away inside the cutoff: int8 cannot hold them
-    with pytest.raises(ValueError, match="beyond"):
-        radius_graph(np.zeros((1, 3)), np.diag([0.03, 10.0, 10.0]), (True, False, False), CUTOFF)
+    graph = radius_graph(np.zeros((1, 3)), np.diag([0.03, 10.0, 10.0]), (True, False, False),
+                         CUTOFF)
+    assert graph.unit_shifts.dtype == np.int16 and abs(graph.unit_shifts).max() == 149
+    assert graph.edge_index.shape[1] == 298 and graph.min_length == pytest.approx(0.03)

@@ -166,9 +166,16 @@ def test_union_of_stores_in_list_order(tmp_path):
         assert_graph_equal(store[i], atoms)
 
 
-def test_shift_beyond_int8_is_refused_not_wrapped(tmp_path):
+def test_shift_beyond_int8_is_widened_not_wrapped(tmp_path):
+    import h5py
+
     graph = next(iter(graphs_of(sample_frames()[:1])))
     graph["unit_shifts"] = np.full_like(graph["unit_shifts"], 200, dtype=np.int32)
-    with pytest.raises(ValueError, match="200"):
-        write_shard(tmp_path / "shard_0000.h5", [graph], cutoff=CUTOFF)
-    assert list(tmp_path.iterdir()) == []
+    write_shard(tmp_path / "shard_0000.h5", [graph], cutoff=CUTOFF)
+    with h5py.File(tmp_path / "shard_0000.h5") as f:
+        assert f["unit_shifts"].dtype == np.int16
+    assert (GraphStore(tmp_path)[0]["unit_shifts"] == 200).all()
+    graph["unit_shifts"] = np.full_like(graph["unit_shifts"], 2**31, dtype=np.int64)
+    with pytest.raises(ValueError, match="shard_0001.h5: unit shift 2147483648 beyond int32"):
+        write_shard(tmp_path / "shard_0001.h5", [graph], cutoff=CUTOFF)
+    assert not (tmp_path / "shard_0001.h5").exists()

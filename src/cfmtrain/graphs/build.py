@@ -1,7 +1,9 @@
 """`cfmtrain graphs`: frames of one extxyz shard -> radius graphs -> one HDF5 graph shard.
 
 Frames are validated first; a bad frame is an error naming file, frame and reason, or with
---skip-invalid it is skipped and counted in a JSON report beside the shard.
+--skip-invalid it is skipped and counted in a JSON report beside the shard. The same holds for a
+frame whose graph is refused (a periodic cell so small that its graph would not fit in memory).
+The report also holds the shard's manifest counts (graphs, atoms, edges).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from tqdm import tqdm
 
 from cfmtrain.atomic import atomic_path
 from cfmtrain.data.validate import MIN_DISTANCE, InvalidFrameError, atoms_problems
-from cfmtrain.graphs.neighbors import radius_graph
-from cfmtrain.graphs.store import write_shard
+from cfmtrain.graphs.neighbors import GraphTooLargeError, radius_graph
+from cfmtrain.graphs.store import open_shard, write_shard
 
 KEYS = {"energy": "REF_energy", "forces": "REF_forces", "stress": "REF_stress"}
 CHUNK = 128  # frames validated together: the checks are vectorised over a chunk's arrays
@@ -59,10 +61,15 @@ def build_graphs(frames: Iterable[Atoms], source: str, cutoff: float, skip_inval
         for atoms, problem in zip(chunk, problems, strict=True):
             graph = None
             if problem is None:
-                graph = atoms_to_graph(atoms, cutoff, keys)
+                try:
+                    graph = atoms_to_graph(atoms, cutoff, keys)
+                except GraphTooLargeError as err:
+                    problem = (err.reason, err.detail)
+            if problem is None:
                 # the overlap check reuses the radius graph's shortest edge (no second search)
-                if graph.pop("min_length") < MIN_DISTANCE:
-                    problem = ("overlapping atoms", f"two atoms closer than {MIN_DISTANCE} A")
+                if (shortest := graph.pop("min_length")) < MIN_DISTANCE:
+                    problem = ("overlapping atoms", f"two atoms (or an atom and a periodic "
+                               f"image) {shortest:.4g} A apart, minimum {MIN_DISTANCE} A")
             if problem is None:
                 graph["source_index"] = index
                 yield graph
@@ -80,7 +87,11 @@ def build_shard(source: Path, output: Path, cutoff: float, skip_invalid: bool = 
                   unit="frame", mininterval=2.0)
     count = write_shard(output, build_graphs(frames, str(source), cutoff, skip_invalid, skipped),
                         cutoff=cutoff, attrs={"source": str(source)})
+    with open_shard(output) as f:
+        manifest = json.loads(f.attrs["manifest"])
     return {"source": str(source), "output": str(output), "cutoff": cutoff, "graphs": count,
+            "atoms": manifest["atoms"], "edges": manifest["edges"],
+            "unit_shifts": manifest["unit_shifts"],
             "skipped": sum(skipped.values()), "skipped_by_reason": dict(skipped)}
 
 

@@ -3,52 +3,107 @@
 One shard = one file; a folder of `shard_*.h5` files reads as one store in name order. The
 per-graph table (num_atoms, num_edges, subsets) is loaded eagerly; arrays are read per graph
 through file handles opened lazily in each process (h5py handles must not cross a fork).
+
+Integrity: a shard is written under a temporary name and renamed when complete. Every dataset
+carries HDF5's Fletcher-32 checksum (checked by HDF5 on every read) and the file's metadata
+(format >= 1.10 object headers and chunk indexes) its own checksums. The file's `manifest`
+attribute holds its counts of graphs, atoms and edges. Opening a shard checks the manifest
+against every dataset's shape and the offsets, and every edge index against its graph's atom
+count (vectorised, one pass over edge_index). Any failure, at open or on a later read, is a
+ShardError naming the file (and the graph where there is one).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import h5py
 import numpy as np
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.graphs.neighbors import shift_dtype
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: Fletcher-32 on every dataset, manifest, int8/int16/int32 shifts
+LIBVER = ("v110", "v110")  # checksummed metadata; readable by HDF5 >= 1.10
+CHUNK_BYTES = 1 << 16  # target chunk size: a per-graph read decodes little beyond its rows
+CHECK_EDGES = 1 << 23  # edges checked per block at open (bounded memory: 64 MiB of indices)
 ATOM_FIELDS = {"positions": np.float64, "numbers": np.uint8, "forces": np.float64}
-EDGE_FIELDS = {"unit_shifts": np.int8}  # read back as int32
+SHIFT_DTYPES = ("int8", "int16", "int32")  # unit_shifts: the narrowest that holds the shard's
 # name -> (dtype, shape of one graph's entry)
 GRAPH_FIELDS = {"cell": (np.float64, (3, 3)), "pbc": (np.bool_, (3,)), "energy": (np.float64, ()),
                 "stress": (np.float64, (3, 3)), "has_stress": (np.bool_, ()),
                 "source_index": (np.int64, ())}
+REBUILD = ("rebuild it: delete it and rerun `snakemake ... graphs` (or `cfmtrain graphs`)")
 
 
-def write_shard(path: str | Path, graphs: Iterable[dict], *, cutoff: float,
+class ShardError(ValueError):
+    """A graph shard that cannot be read or fails its checks; the message names the file, and
+    the graph (its index within the shard) where there is one."""
+
+    def __init__(self, path: str | os.PathLike, message: str, graph: int | None = None) -> None:
+        self.path, self.graph = Path(path), graph
+        where = f"{path}: graph {graph}" if graph is not None else str(path)
+        super().__init__(f"{where}: {message}")
+
+
+@contextlib.contextmanager
+def shard_errors(path: str | os.PathLike, graph: int | None = None) -> Iterator[None]:
+    """Re-raise HDF5 read failures (checksum mismatch, truncation) as ShardError naming
+    `path` and `graph`."""
+    try:
+        yield
+    except ShardError:
+        raise
+    except (OSError, KeyError, RuntimeError) as err:
+        raise ShardError(path, f"unreadable, corrupt or truncated ({err}); {REBUILD}",
+                         graph) from err
+
+
+def open_shard(path: str | os.PathLike) -> h5py.File:
+    """The shard opened read-only; a zero-byte, truncated or non-HDF5 file is a ShardError."""
+    with shard_errors(path):
+        return h5py.File(path, "r")
+
+
+def write_shard(path: str | os.PathLike, graphs: Iterable[dict], *, cutoff: float,
                 attrs: dict | None = None) -> int:
     """Write graphs (dicts with the GraphStore fields plus `subset` name and `source_index`) to
     one HDF5 shard atomically; returns the number of graphs written."""
     columns = _collect(graphs)
-    num_edges = columns.pop("num_edges")
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    num_atoms, num_edges = columns.pop("num_atoms"), columns.pop("num_edges")
+    shifts = columns["unit_shifts"]
+    largest = max((int(np.abs(p).max()) for p in shifts if p.dtype != np.int8 and p.size),
+                  default=0)
+    try:
+        shifts_type = shift_dtype(largest)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+    manifest = {"graphs": len(num_atoms), "atoms": int(sum(num_atoms)),
+                "edges": int(sum(num_edges)), "unit_shifts": np.dtype(shifts_type).name}
+    with atomic_path(path) as tmp, h5py.File(tmp, "w", libver=LIBVER) as f:
         f.attrs.update({"format_version": FORMAT_VERSION, "cutoff": cutoff,
                         "subset_names": json.dumps(columns.pop("subset_names")),
-                        **(attrs or {})})
-        _write_table(f, columns.pop("num_atoms"), num_edges, columns.pop("subsets"))
+                        "manifest": json.dumps(manifest), **(attrs or {})})
+        _dataset(f, "num_atoms", np.asarray(num_atoms, np.int64))
+        _dataset(f, "num_edges", np.asarray(num_edges, np.int64))
+        _dataset(f, "subsets", np.asarray(columns.pop("subsets"), np.int16))
+        for name, counts in (("atom_offsets", num_atoms), ("edge_offsets", num_edges)):
+            _dataset(f, name, np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]))
         for k, dtype in ATOM_FIELDS.items():
-            _write_concat(f, k, columns[k], dtype, (0, 3) if k != "numbers" else (0,))
-        _write_concat(f, "unit_shifts", columns["unit_shifts"], np.int8, (0, 3))
-        edges = np.empty((2, sum(num_edges)), np.int32)
+            _dataset(f, k, _concat(columns[k], dtype, (0, 3) if k != "numbers" else (0,)))
+        _dataset(f, "unit_shifts", _concat(shifts, shifts_type, (0, 3)))
+        edges = np.empty((2, manifest["edges"]), np.int32)
         for row, parts in enumerate((columns["senders"], columns["receivers"])):
             if parts:
                 np.concatenate(parts, out=edges[row], casting="unsafe")
-        f.create_dataset("edge_index", data=edges)
+        _dataset(f, "edge_index", edges, axis=1)
         for k, (dtype, shape) in GRAPH_FIELDS.items():
-            data = np.asarray(columns[k], dtype=dtype).reshape((len(num_edges), *shape))
-            f.create_dataset(k, data=data)
-    return len(num_edges)
+            _dataset(f, k, np.asarray(columns[k], dtype=dtype).reshape((len(num_atoms), *shape)))
+    return len(num_atoms)
 
 
 _NO_STRESS = np.zeros((3, 3))
@@ -67,7 +122,7 @@ def _collect(graphs: Iterable[dict]) -> dict[str, list]:
         positions.append(g["positions"])
         numbers.append(g["numbers"])
         forces.append(g["forces"])
-        shifts.append(_int8_shifts(g["unit_shifts"]))
+        shifts.append(np.asarray(g["unit_shifts"]))
         edge_index = g["edge_index"]
         senders.append(edge_index[0])
         receivers.append(edge_index[1])
@@ -85,28 +140,24 @@ def _collect(graphs: Iterable[dict]) -> dict[str, list]:
     return columns
 
 
-def _int8_shifts(shifts: np.ndarray) -> np.ndarray:
-    """Cell shifts in the stored int8, refusing (never wrapping) a shift beyond +-127."""
-    shifts = np.asarray(shifts)
-    if shifts.dtype == np.int8:
-        return shifts
-    if shifts.size and np.abs(shifts).max() > np.iinfo(np.int8).max:
-        raise ValueError(f"unit shift {int(np.abs(shifts).max())} beyond the stored range +-127")
-    return shifts.astype(np.int8)
-
-
-def _write_table(f: h5py.File, num_atoms: list, num_edges: list, subset_ids: list) -> None:
-    f.create_dataset("num_atoms", data=np.asarray(num_atoms, np.int64))
-    f.create_dataset("num_edges", data=np.asarray(num_edges, np.int64))
-    f.create_dataset("subsets", data=np.asarray(subset_ids, np.int16))
-    for name, counts in (("atom_offsets", num_atoms), ("edge_offsets", num_edges)):
-        f.create_dataset(name, data=np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]))
-
-
-def _write_concat(f: h5py.File, name: str, parts: list, dtype, empty_shape: tuple) -> None:
-    data = (np.concatenate(parts, dtype=dtype, casting="unsafe") if parts
+def _concat(parts: list, dtype: type, empty_shape: tuple) -> np.ndarray:
+    return (np.concatenate(parts, dtype=dtype, casting="unsafe") if parts
             else np.zeros(empty_shape, dtype))
-    f.create_dataset(name, data=data)
+
+
+def _dataset(f: h5py.File, name: str, data: np.ndarray, axis: int = 0) -> None:
+    """`data` as a chunked dataset (about CHUNK_BYTES a chunk) with Fletcher-32 checksums."""
+    rows = data.shape[axis]
+    row_bytes = max(1, data.nbytes // rows) if rows else data.dtype.itemsize
+    chunks = list(data.shape)
+    chunks[axis] = max(1, min(rows, CHUNK_BYTES // row_bytes))
+    maxshape = None
+    if rows == 0:  # a chunk may not exceed a fixed dimension of size 0
+        maxshape = list(data.shape)
+        maxshape[axis] = None
+        maxshape = tuple(maxshape)
+    f.create_dataset(name, data=data, chunks=tuple(chunks) if data.ndim else None,
+                     maxshape=maxshape, fletcher32=bool(data.ndim))
 
 
 def shard_files(path: str | os.PathLike) -> list[Path]:
@@ -118,11 +169,94 @@ def shard_files(path: str | os.PathLike) -> list[Path]:
     return files
 
 
+def read_table(path: str | os.PathLike, f: h5py.File, check_edges: bool = True
+               ) -> dict[str, np.ndarray]:
+    """The per-graph table of an open shard, after its checks (module docstring): manifest,
+    shapes, offsets, subsets and (if `check_edges`) edge indices. Raises ShardError naming
+    `path`."""
+    version = f.attrs.get("format_version")
+    if version != FORMAT_VERSION:
+        if version is not None and version < FORMAT_VERSION:
+            raise ShardError(path, f"graph shard of format {version}, without checksums or "
+                             f"manifest (format {FORMAT_VERSION}); {REBUILD}")
+        raise ShardError(path, f"not a cfmtrain graph shard of format {FORMAT_VERSION} "
+                         f"(format_version {version})")
+    with shard_errors(path):
+        manifest = json.loads(f.attrs["manifest"])
+        graphs, atoms, edges = (int(manifest[k]) for k in ("graphs", "atoms", "edges"))
+        table = {k: f[k][:] for k in ("num_atoms", "num_edges", "subsets", "atom_offsets",
+                                      "edge_offsets")}
+        shapes = {k: f[k].shape for k in f}
+        shift_type = f["unit_shifts"].dtype
+    expected = {"num_atoms": (graphs,), "num_edges": (graphs,), "subsets": (graphs,),
+                "atom_offsets": (graphs + 1,), "edge_offsets": (graphs + 1,),
+                "positions": (atoms, 3), "numbers": (atoms,), "forces": (atoms, 3),
+                "edge_index": (2, edges), "unit_shifts": (edges, 3),
+                **{k: (graphs, *shape) for k, (_, shape) in GRAPH_FIELDS.items()}}
+    for k, shape in expected.items():
+        if shapes.get(k) != shape:
+            raise ShardError(path, f"dataset {k} has shape {shapes.get(k)}, the manifest "
+                             f"({graphs} graphs, {atoms} atoms, {edges} edges) says {shape}; "
+                             f"{REBUILD}")
+    if shift_type.name not in SHIFT_DTYPES:
+        raise ShardError(path, f"unit_shifts of type {shift_type}, expected one of "
+                         f"{SHIFT_DTYPES}")
+    for counts, offsets, total in (("num_atoms", "atom_offsets", atoms),
+                                   ("num_edges", "edge_offsets", edges)):
+        c, o = table[counts], table[offsets]
+        bad = np.flatnonzero((c < 0) | (o[1:] - o[:-1] != c))
+        if len(bad) or o[0] != 0 or o[-1] != total:
+            graph = int(bad[0]) if len(bad) else None
+            raise ShardError(path, f"{counts} and {offsets} disagree (or with the manifest's "
+                             f"{total}); {REBUILD}", graph)
+    names = json.loads(f.attrs["subset_names"])
+    bad = np.flatnonzero((table["subsets"] < 0) | (table["subsets"] >= max(len(names), 1)))
+    if len(bad):
+        raise ShardError(path, f"subset id {int(table['subsets'][bad[0]])} beyond the "
+                         f"{len(names)} subset names", int(bad[0]))
+    if check_edges:
+        check_edge_index(path, f, table["num_atoms"], table["edge_offsets"])
+    return table
+
+
+def check_edge_index(path: str | os.PathLike, f: h5py.File, num_atoms: np.ndarray,
+                     edge_offsets: np.ndarray) -> None:
+    """Every edge's sender and receiver in [0, its graph's atom count): one vectorised pass
+    over edge_index, in blocks of about CHECK_EDGES edges (also verifying their checksums)."""
+    dataset = f["edge_index"]
+    nonempty = np.flatnonzero(edge_offsets[1:] > edge_offsets[:-1])
+    first = 0
+    while first < len(nonempty):
+        e0 = int(edge_offsets[nonempty[first]])
+        last = int(np.searchsorted(edge_offsets[nonempty + 1], e0 + CHECK_EDGES, "right"))
+        last = max(last, first + 1)
+        block = nonempty[first:last]
+        e1 = int(edge_offsets[block[-1] + 1])
+        with shard_errors(path):
+            indices = dataset[:, e0:e1]
+        # as unsigned, a negative index is huge: one max per graph checks both bounds
+        largest = np.maximum.reduceat(indices.view(np.uint32), edge_offsets[block] - e0,
+                                      axis=1).max(axis=0)
+        bad = np.flatnonzero(largest >= num_atoms[block])
+        if len(bad):
+            g = int(block[bad[0]])
+            rows = indices[:, edge_offsets[g] - e0: edge_offsets[g + 1] - e0]
+            value = int(rows[(rows < 0) | (rows >= num_atoms[g])][0])
+            raise ShardError(path, f"edge index {value} out of range for its {num_atoms[g]} "
+                             f"atoms; {REBUILD}", g)
+        first = last
+
+
 class GraphStore:
     """Read-only view of one shard file, a folder of `shard_*.h5` files, or a list of those
-    (a union of data sets, in list order), indexed globally."""
+    (a union of data sets, in list order), indexed globally. Each shard is checked when opened
+    (`read_table`); errors are ShardError naming the file and graph.
 
-    def __init__(self, path: str | os.PathLike | list[str | os.PathLike]):
+    `check_edges=False` skips the edge-index pass (about 14 ns an edge, the only check that
+    reads more than the per-graph table): for tools that read the table alone."""
+
+    def __init__(self, path: str | os.PathLike | list[str | os.PathLike],
+                 check_edges: bool = True):
         paths = list(path) if isinstance(path, (list, tuple)) else [path]
         self.path = Path(paths[0]) if len(paths) == 1 else tuple(map(Path, paths))
         self.files = [f for p in paths for f in shard_files(p)]
@@ -131,18 +265,19 @@ class GraphStore:
         self._atom_offsets, self._edge_offsets = [], []
         self.cutoff: float | None = None
         for file in self.files:
-            with h5py.File(file, "r") as f:
-                self._check(file, f)
+            with open_shard(file) as f:
+                table = read_table(file, f, check_edges)
+                self._check_cutoff(file, f)
                 local = json.loads(f.attrs["subset_names"])
-                for n in local:
-                    if n not in names:
-                        names.append(n)
-                remap = np.array([names.index(n) for n in local] or [0], np.int16)
-                atoms.append(f["num_atoms"][:])
-                edges.append(f["num_edges"][:])
-                subsets.append(remap[f["subsets"][:]] if len(local) else f["subsets"][:])
-                self._atom_offsets.append(f["atom_offsets"][:])
-                self._edge_offsets.append(f["edge_offsets"][:])
+            for n in local:
+                if n not in names:
+                    names.append(n)
+            remap = np.array([names.index(n) for n in local] or [0], np.int16)
+            atoms.append(table["num_atoms"])
+            edges.append(table["num_edges"])
+            subsets.append(remap[table["subsets"]] if len(local) else table["subsets"])
+            self._atom_offsets.append(table["atom_offsets"])
+            self._edge_offsets.append(table["edge_offsets"])
         self.subset_names = names
         self.num_atoms = np.concatenate(atoms)
         self.num_edges = np.concatenate(edges)
@@ -151,11 +286,9 @@ class GraphStore:
         self._handles: dict[int, h5py.File] = {}
         self._pid = os.getpid()
 
-    def _check(self, file: Path, f: h5py.File) -> None:
-        if f.attrs.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{file}: not a cfmtrain graph shard of format {FORMAT_VERSION}")
+    def _check_cutoff(self, file: Path, f: h5py.File) -> None:
         if self.cutoff is not None and f.attrs["cutoff"] != self.cutoff:
-            raise ValueError(f"{file}: cutoff {f.attrs['cutoff']} differs from {self.cutoff}")
+            raise ShardError(file, f"cutoff {f.attrs['cutoff']} differs from {self.cutoff}")
         self.cutoff = float(f.attrs["cutoff"])
 
     def __len__(self) -> int:
@@ -168,7 +301,7 @@ class GraphStore:
         if os.getpid() != self._pid:  # forked worker: never reuse the parent's handles
             self._handles, self._pid = {}, os.getpid()
         if shard not in self._handles:
-            self._handles[shard] = h5py.File(self.files[shard], "r")
+            self._handles[shard] = open_shard(self.files[shard])
         return self._handles[shard]
 
     def __getitem__(self, index: int) -> dict:
@@ -180,15 +313,16 @@ class GraphStore:
         f = self._handle(shard)
         a0, a1 = self._atom_offsets[shard][local: local + 2]
         e0, e1 = self._edge_offsets[shard][local: local + 2]
-        graph = {k: f[k][a0:a1] for k in ATOM_FIELDS}
+        with shard_errors(self.files[shard], local):
+            graph = {k: f[k][a0:a1] for k in ATOM_FIELDS}
+            graph["edge_index"] = f["edge_index"][:, e0:e1].astype(np.int64)
+            graph["unit_shifts"] = f["unit_shifts"][e0:e1].astype(np.int32)
+            for k in ("cell", "pbc", "energy"):
+                graph[k] = f[k][local]
+            if f["has_stress"][local]:
+                graph["stress"] = f["stress"][local]
         graph["numbers"] = graph["numbers"].astype(np.int64)
-        graph["edge_index"] = f["edge_index"][:, e0:e1].astype(np.int64)
-        graph["unit_shifts"] = f["unit_shifts"][e0:e1].astype(np.int32)
-        for k in ("cell", "pbc", "energy"):
-            graph[k] = f[k][local]
         graph["energy"] = float(graph["energy"])
-        if f["has_stress"][local]:
-            graph["stress"] = f["stress"][local]
         graph["subset"] = self.subset_names[int(self.subsets[index])]
         return graph
 
