@@ -5,6 +5,7 @@ and the per-step timing record of one rank.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 import torch.distributed as dist
@@ -38,28 +39,61 @@ def per_graph_errors(batch, pred: dict, use_stress: bool) -> torch.Tensor:
                         real * f_abs, real, real * n], dim=1)
 
 
-class ErrorSums:
-    """Sums of errors over graphs, one row per group (e.g. subset); `reduced()` sums ranks."""
+class NonFiniteMetricError(FloatingPointError):
+    """A validation or test error that is NaN or infinite; the message names the graphs."""
 
-    def __init__(self, groups: int = 1, values: torch.Tensor | None = None):
+
+class ErrorSums:
+    """Sums of errors over graphs, one row per group (e.g. subset); `reduced()` sums ranks.
+    `nonfinite` lists the store indices of graphs whose errors were NaN or infinite."""
+
+    def __init__(self, groups: int = 1, values: torch.Tensor | None = None,
+                 nonfinite: list[int] | None = None):
         self.values = (torch.zeros(groups, len(FIELDS), dtype=torch.float64) if values is None
                        else values)
+        self.nonfinite: list[int] = list(nonfinite or [])
 
     def add(self, batch, pred: dict, use_stress: bool, groups: torch.Tensor | None = None
             ) -> None:
         """Add one batch's errors; `groups` gives each graph's row (default row 0)."""
         with torch.no_grad():
             rows = per_graph_errors(batch, pred, use_stress)
+            bad = ~torch.isfinite(rows).all(1)
+            if bad.any():
+                ids = batch.store_id[bad] if hasattr(batch, "store_id") else torch.full(
+                    (int(bad.sum()),), -1)
+                self.nonfinite += [int(i) for i in ids.tolist()]
             if groups is None:
                 groups = torch.zeros(len(rows), dtype=torch.long)
             self.values.index_add_(0, groups, rows)
 
     def reduced(self) -> ErrorSums:
-        """The sums over all ranks (a collective: every rank must call it)."""
-        values = self.values.clone()
+        """The sums over all ranks (a collective: every rank must call it), with every rank's
+        non-finite graphs when the sums are not finite (the same on every rank)."""
+        values, nonfinite = self.values.clone(), self.nonfinite
         if dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(values)
-        return ErrorSums(values=values)
+            if not torch.isfinite(values).all():
+                parts: list = [None] * dist.get_world_size()
+                dist.all_gather_object(parts, self.nonfinite)
+                nonfinite = [i for part in parts for i in part]
+        return ErrorSums(values=values, nonfinite=sorted(nonfinite))
+
+    def finite_dict(self, cfg: OptimConfig, what: str) -> dict[str, float]:
+        """`as_dict(cfg)`, raising NonFiniteMetricError (naming `what` and the graphs) if the
+        loss or an MAE over a non-empty set is NaN or infinite, instead of writing null."""
+        errors = self.as_dict(cfg)
+        keys = ("loss", "mae_energy_per_atom", "mae_forces")
+        if errors["graphs"] and not all(math.isfinite(errors[k]) for k in keys):
+            bad = self.nonfinite
+            named = (f"; graphs with non-finite errors, store indices {bad[:20]}"
+                     f"{f' and {len(bad) - 20} more' if len(bad) > 20 else ''}" if bad else "")
+            raise NonFiniteMetricError(
+                f"{what}: non-finite errors over {errors['graphs']} graphs (MAE energy "
+                f"{errors['mae_energy_per_atom']} eV/atom, forces {errors['mae_forces']} eV/Å, "
+                f"loss {errors['loss']}){named}: the graph store holds NaN or infinite values "
+                "there, or the model diverged; the run is not finished")
+        return errors
 
     def as_dict(self, cfg: OptimConfig, row: int | None = None) -> dict[str, float]:
         """loss (mace-torch's), mae_energy_per_atom (eV/atom), mae_forces (eV/Å), graphs; for

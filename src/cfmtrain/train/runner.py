@@ -115,7 +115,8 @@ def _end_epoch(run: Run, epoch: int, wall: float, resumed: bool, recorder: Recor
     cfg = run.cfg
     train = run.train_errors.reduced().as_dict(cfg.optim)
     t0 = time.perf_counter()
-    valid = evaluate(run, run.valid_set, cfg.batch.valid_graphs_per_batch).as_dict(cfg.optim)
+    valid = evaluate(run, run.valid_set, cfg.batch.valid_graphs_per_batch).finite_dict(
+        cfg.optim, f"validation after epoch {epoch}")
     valid_s = time.perf_counter() - t0
     if isinstance(run.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         metric = valid["loss"] if valid["graphs"] else train["loss"]
@@ -149,6 +150,7 @@ def finish(run: Run, recorder: Recorder) -> dict:
     names = store.subset_names
     test = evaluate(run, run.test_set, cfg.batch.valid_graphs_per_batch,
                     store.subsets.astype(np.int64), len(names))
+    test.finite_dict(cfg.optim, "test set")  # on every rank: the same sums, the same verdict
     if run.env.rank != 0:
         return {}
     rows = []
