@@ -43,28 +43,28 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def _resume_state(args: argparse.Namespace, overrides: list[str]) -> dict | None:
-    """The checkpoint to resume from: --resume PATH, or with auto the run folder's checkpoint
-    unless its run is finished or was made with other settings (then start afresh)."""
-    from cfmtrain.train.checkpoint import CHECKPOINT, load_checkpoint
+def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0) -> dict | None:
+    """The checkpoint to resume from: --resume PATH, or with auto the run folder's newest
+    loadable one (an unloadable one is moved aside by rank 0, see checkpoint.load_latest).
+    With auto a fresh start instead if its run is finished or was made with other settings."""
+    from cfmtrain.train.checkpoint import load_checkpoint, load_latest
 
     if args.resume is None:
         return None
-    path = args.output / CHECKPOINT if args.resume == "auto" else Path(args.resume)
     if args.resume != "auto":
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: checkpoint not found")
-        return load_checkpoint(path)
-    if not path.exists():
+        return load_checkpoint(Path(args.resume))
+    found = load_latest(args.output, main=rank == 0)
+    if found is None:
         return None
-    state = load_checkpoint(path)
+    path, state = found
     wanted = _flat(to_dict(load_config(args.config, overrides)))
     saved = _flat(state["config"])
     changed = sorted(k for k in wanted if k not in RESUMABLE and saved.get(k) != wanted[k])
     finished = state["epoch"] >= wanted["epochs"] and state["batches_done"] == 0
     if changed or finished:
         why = f"settings changed ({', '.join(changed)})" if changed else "its run is finished"
-        print(f"{path}: not resumed, {why}: starting afresh", file=sys.stderr)
+        if rank == 0:
+            print(f"{path}: not resumed, {why}: starting afresh", file=sys.stderr)
         return None
     return state
 
@@ -81,16 +81,17 @@ def run(args: argparse.Namespace) -> int:
 
     from cfmtrain.train import distenv
     from cfmtrain.train.build import build_run
+    from cfmtrain.train.checkpoint import CheckpointError
     from cfmtrain.train.runner import train
 
     overrides = list(args.overrides) + ([f"variant={args.variant}"] if args.variant else [])
+    env = distenv.DistEnv.from_environ()
     try:
-        state = _resume_state(args, overrides)
+        state = _resume_state(args, overrides, env.rank)
         cfg = load_config(args.config, overrides, base=state["config"] if state else None)
-    except ConfigError as err:
+    except (ConfigError, CheckpointError, FileNotFoundError) as err:
         print(f"cfmtrain train: {err}", file=sys.stderr)
         return 2
-    env = distenv.DistEnv.from_environ()
     device = distenv.init_process_group(env, timeout_s=cfg.timeout_s)
     try:
         if cfg.threads:
