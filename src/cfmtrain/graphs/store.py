@@ -58,9 +58,10 @@ def shard_errors(path: str | os.PathLike, graph: int | None = None) -> Iterator[
         yield
     except ShardError:
         raise
-    except (OSError, KeyError, RuntimeError) as err:
-        raise ShardError(path, f"unreadable, corrupt or truncated ({err}); {REBUILD}",
-                         graph) from err
+    except (OSError, KeyError, RuntimeError, ValueError, TypeError) as err:
+        what = ("data failing its Fletcher-32 checksum" if "filter returned failure" in str(err)
+                else "unreadable, corrupt or truncated")
+        raise ShardError(path, f"{what} ({err}); {REBUILD}", graph) from err
 
 
 def open_shard(path: str | os.PathLike) -> h5py.File:
@@ -265,7 +266,7 @@ class GraphStore:
         self._atom_offsets, self._edge_offsets = [], []
         self.cutoff: float | None = None
         for file in self.files:
-            with open_shard(file) as f:
+            with open_shard(file) as f, shard_errors(file):
                 table = read_table(file, f, check_edges)
                 self._check_cutoff(file, f)
                 local = json.loads(f.attrs["subset_names"])
