@@ -46,7 +46,9 @@ def _flat(d: dict, prefix: str = "") -> dict:
 def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0) -> dict | None:
     """The checkpoint to resume from: --resume PATH, or with auto the run folder's newest
     loadable one (an unloadable one is moved aside by rank 0, see checkpoint.load_latest).
-    With auto a fresh start instead if its run is finished or was made with other settings."""
+    With auto a fresh start instead if the checkpoint was made with other settings, is past the
+    run's epochs, or its run is finished and complete (summary.json written). A finished run
+    without summary.json is resumed: it only validates, exports and writes its outputs."""
     from cfmtrain.train.checkpoint import load_checkpoint, load_latest
 
     if args.resume is None:
@@ -60,9 +62,16 @@ def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0)
     wanted = _flat(to_dict(load_config(args.config, overrides)))
     saved = _flat(state["config"])
     changed = sorted(k for k in wanted if k not in RESUMABLE and saved.get(k) != wanted[k])
-    finished = state["epoch"] >= wanted["epochs"] and state["batches_done"] == 0
-    if changed or finished:
-        why = f"settings changed ({', '.join(changed)})" if changed else "its run is finished"
+    epoch, epochs = state["epoch"], wanted["epochs"]
+    finished = epoch == epochs and state["batches_done"] == 0
+    why = None
+    if changed:
+        why = f"settings changed ({', '.join(changed)})"
+    elif epoch > epochs or (epoch == epochs and not finished):
+        why = f"it is past the run's {epochs} epochs"
+    elif finished and (args.output / "summary.json").exists():
+        why = "its run is finished"
+    if why:
         if rank == 0:
             print(f"{path}: not resumed, {why}: starting afresh", file=sys.stderr)
         return None

@@ -1,10 +1,16 @@
 """One training run from start (or checkpoint) to the exported model: epochs, validation, the
 LR schedule, checkpoints every N steps, SIGTERM and max_steps stops, and rank 0's outputs.
+
+summary.json is written last and only by a complete run: a run that trains removes an old one
+first, and a run resumed from the checkpoint of its last epoch only finishes (test set, export,
+summary.json). Once every output is written, SIGTERM is ignored, so that a stop in the
+interpreter's teardown cannot turn the finished run into a failed one (exit 143).
 """
 
 from __future__ import annotations
 
 import math
+import signal
 import sys
 import time
 from pathlib import Path
@@ -89,11 +95,13 @@ def run_epoch(run: Run, epoch: int, skip: int, partial: dict | None, stop: StopF
                disable=not (main and cfg.progress), mininterval=1.0, leave=False)
     pending: list[list] = []
     halt = {"now": False, "mid": False}
+    last_epoch = epoch + 1 >= cfg.epochs
 
     def on_step(done: int, record: list) -> bool:
         pending.append(record)
         bar.update(1)
-        halt["now"] = _agree(run, stop) or (0 < cfg.max_steps <= run.global_step)
+        budget = 0 < cfg.max_steps <= run.global_step and not (last_epoch and done == steps)
+        halt["now"] = _agree(run, stop) or budget  # max_steps at the run's end: just finish
         every = cfg.checkpoint_every and run.global_step % cfg.checkpoint_every == 0
         if done < steps and (halt["now"] or every):
             _checkpoint(run, epoch, done, t_start, pending, recorder)
@@ -178,24 +186,35 @@ def finish(run: Run, recorder: Recorder) -> dict:
 
 
 def train(run: Run, state: dict | None) -> int:
-    """Train `run` (restored from `state` if given) to the end or to a stop; returns 0."""
+    """Train `run` (restored from `state` if given) to the end or to a stop; returns 0. A run
+    whose checkpoint ends its last epoch only finishes. After the outputs, SIGTERM is ignored."""
     epoch, skip, partial = 0, 0, None
+    main = run.env.rank == 0
     if state is not None:
         ckpt.restore(run, state)
         epoch, skip, partial = state["epoch"], state["batches_done"], state["partial"]
-        if run.env.rank == 0:
+        if main and epoch >= run.cfg.epochs:
+            print(f"resuming a trained run (epoch {epoch}, global step {run.global_step}): "
+                  "finishing it (test set, model export, summary.json)", file=sys.stderr)
+        elif main:
             print(f"resuming at epoch {epoch}, step {skip} of the epoch "
                   f"(global step {run.global_step})", file=sys.stderr)
-    recorder = Recorder(run.out, run.env.rank == 0, run.global_step, epoch)
+    if main and epoch < run.cfg.epochs:
+        (run.out / "summary.json").unlink(missing_ok=True)  # of an earlier run: now stale
+    recorder = Recorder(run.out, main, run.global_step, epoch)
     stop = StopFlag()
     stop.install()
     while epoch < run.cfg.epochs:
         if not run_epoch(run, epoch, skip, partial, stop, recorder):
-            if run.env.rank == 0:
+            if main:
                 print(f"stopped at global step {run.global_step}: checkpoint written to "
                       f"{run.out / ckpt.CHECKPOINT}; continue with --resume",
                       file=sys.stderr, flush=True)
             return 0
         epoch, skip, partial = epoch + 1, 0, None
     finish(run, recorder)
+    # Every output is complete (rank 0 wrote them; other ranks only wait for the end now). A
+    # SIGTERM from here on, e.g. in the interpreter's teardown after Python's handlers are
+    # gone, must not make the process exit 143: Snakemake would delete the finished outputs.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return 0
