@@ -263,3 +263,24 @@ def test_edge_index_out_of_range_names_shard_and_graph(tmp_path, monkeypatch, ba
     graphs[4]["edge_index"][1, -1] = 31
     write_shard(path, graphs, cutoff=CUTOFF)
     assert len(GraphStore(path)) == 6
+
+
+# ---------------------------------------------------------------- reading frames
+
+
+def test_unreadable_frames_name_file_and_frame_and_are_skipped(tmp_path):
+    source = tmp_path / "frames_0000.extxyz"
+    ase.io.write(source, crystals(4), format="extxyz")
+    lines = source.read_text().splitlines(keepends=True)
+    per_frame = len(lines) // 4
+    lines[2 * per_frame + 2] = "Xx" + lines[2 * per_frame + 2][2:]  # frame 2: unknown symbol
+    source.write_text("".join(lines[:-3]))  # frame 3: truncated
+    shard = tmp_path / "shard_0000.h5"
+    with pytest.raises(InvalidFrameError, match=re.escape(str(source)) + ": frame 2: "):
+        build_shard(source, shard, CUTOFF)
+    report = build_shard(source, shard, CUTOFF, skip_invalid=True)
+    assert report["graphs"] == 2 and report["skipped"] == 2, report
+    np.testing.assert_array_equal(h5py.File(shard)["source_index"][:], [0, 1])
+    source.write_text("")
+    with pytest.raises(ValueError, match=re.escape(str(source)) + ": no frames"):
+        build_shard(source, shard, CUTOFF)

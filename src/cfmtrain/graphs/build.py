@@ -1,6 +1,7 @@
 """`cfmtrain graphs`: frames of one extxyz shard -> radius graphs -> one HDF5 graph shard.
 
-Frames are validated first; a bad frame is an error naming file, frame and reason, or with
+Frames are read by cfmtrain's extxyz reader (errors name file, frame and line) and validated;
+a bad or unreadable frame is an error naming file, frame and reason, or with
 --skip-invalid it is skipped and counted in a JSON report beside the shard. The same holds for a
 frame whose graph is refused (a periodic cell so small that its graph would not fit in memory).
 The report also holds the shard's manifest counts (graphs, atoms, edges).
@@ -15,14 +16,14 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import ase.io
 import numpy as np
 from ase import Atoms
 from ase.stress import voigt_6_to_full_3x3_stress
 from tqdm import tqdm
 
 from cfmtrain.atomic import atomic_path
-from cfmtrain.data.validate import MIN_DISTANCE, InvalidFrameError, atoms_problems
+from cfmtrain.data.extxyz import iter_extxyz
+from cfmtrain.data.validate import MIN_DISTANCE, InvalidFrameError, Problem, atoms_problems
 from cfmtrain.graphs.neighbors import GraphTooLargeError, radius_graph
 from cfmtrain.graphs.store import open_shard, write_shard
 
@@ -47,18 +48,29 @@ def atoms_to_graph(atoms: Atoms, cutoff: float, keys: dict[str, str] = KEYS) -> 
     }
 
 
-def build_graphs(frames: Iterable[Atoms], source: str, cutoff: float, skip_invalid: bool,
-                 skipped: collections.Counter, keys: dict[str, str] = KEYS,
+def read_frames(source: Path) -> Iterator[Atoms | Problem]:
+    """The frames of an extxyz file in order: Atoms, or (reason, detail) for one whose lines
+    are there but unreadable. Lost frame boundaries or an empty file raise, naming the file."""
+    with open(source, encoding="utf-8") as fh:
+        for _, atoms, problem in iter_extxyz(fh, str(source)):
+            yield atoms if problem is None else problem
+
+
+def build_graphs(frames: Iterable[Atoms | Problem], source: str, cutoff: float,
+                 skip_invalid: bool, skipped: collections.Counter, keys: dict[str, str] = KEYS,
                  chunk_size: int = CHUNK) -> Iterator[dict]:
-    """Validate and convert frames; invalid ones raise or, with skip_invalid, are counted.
+    """Validate and convert frames; invalid ones (or a reader's (reason, detail) in place of a
+    frame) raise or, with skip_invalid, are counted.
 
     Frames are validated `chunk_size` at a time, then turned into graphs in order, so the error
     (or skip) is always that of the first invalid frame, as with one frame at a time."""
     frames = iter(frames)
     index = 0
     while chunk := list(itertools.islice(frames, chunk_size)):
-        problems = atoms_problems(chunk, source, index, keys=keys, check_overlap=False)
-        for atoms, problem in zip(chunk, problems, strict=True):
+        readable = [a for a in chunk if isinstance(a, Atoms)]
+        checked = iter(atoms_problems(readable, source, index, keys=keys, check_overlap=False))
+        for atoms, problem in zip(chunk, (next(checked) if isinstance(a, Atoms) else a
+                                          for a in chunk), strict=True):
             graph = None
             if problem is None:
                 try:
@@ -83,8 +95,8 @@ def build_graphs(frames: Iterable[Atoms], source: str, cutoff: float, skip_inval
 def build_shard(source: Path, output: Path, cutoff: float, skip_invalid: bool = False) -> dict:
     """Build one HDF5 shard from one extxyz file; returns the report (graphs, skipped by reason)."""
     skipped: collections.Counter = collections.Counter()
-    frames = tqdm(ase.io.iread(source, index=":", format="extxyz"), desc=f"graphs {source.name}",
-                  unit="frame", mininterval=2.0)
+    frames = tqdm(read_frames(source), desc=f"graphs {source.name}", unit="frame",
+                  mininterval=2.0)
     count = write_shard(output, build_graphs(frames, str(source), cutoff, skip_invalid, skipped),
                         cutoff=cutoff, attrs={"source": str(source)})
     with open_shard(output) as f:
