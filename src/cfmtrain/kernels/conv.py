@@ -275,6 +275,12 @@ class FusedChannelwiseConv(torch.nn.Module):
         graph = conv_graph(edge_index, node_feats.shape[0])
         return channelwise_conv(node_feats, edge_attrs, tp_weights, graph, self.descriptor)
 
+    def __reduce__(self) -> tuple:
+        """Pickle as the e3nn TensorProduct (saved by e3nn's own logic, compiled code included)
+        and fuse it again on load: the fused module itself holds e3nn's compiled submodules
+        without their save logic (issue #11)."""
+        return _fused_conv, (self.restore(), self.training)
+
     def restore(self) -> o3.TensorProduct:
         """The original TensorProduct, holding this module's current parameters and buffers."""
         tp = self._original
@@ -285,6 +291,13 @@ class FusedChannelwiseConv(torch.nn.Module):
         for name, child in self.named_children():
             tp._modules[name] = child
         return tp
+
+
+def _fused_conv(tp: o3.TensorProduct, training: bool) -> FusedChannelwiseConv:
+    """Unpickles a FusedChannelwiseConv (see its `__reduce__`)."""
+    conv = FusedChannelwiseConv(tp)
+    conv.training = training
+    return conv
 
 
 def _interaction_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:

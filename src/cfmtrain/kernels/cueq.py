@@ -39,6 +39,7 @@ class SymmetricContractionCueq(torch.nn.Module):
 
         self.irreps_in, self.irreps_out = original.irreps_in, original.irreps_out
         self.contractions = original.contractions
+        self.method = method
         self._original = [original]
         self.reduced = _uses_reduced_cg(original)
         first = original.contractions[0].weights_max
@@ -60,7 +61,12 @@ class SymmetricContractionCueq(torch.nn.Module):
 
     @property
     def original(self) -> torch.nn.Module:
+        """The mace module this one replaced (shares its parameters)."""
         return self._original[0]
+
+    def __reduce__(self) -> tuple:
+        """Pickle as the mace module it replaced and rebuild the cuet module on load."""
+        return _cueq_contraction, (self.original, self.method, self.training)
 
     def _weights(self) -> torch.Tensor:
         """mace's weights in cuet's layout (as mace.cli.convert_e3nn_cueq maps them)."""
@@ -86,3 +92,11 @@ class SymmetricContractionCueq(torch.nn.Module):
         out = module.f([self._weights(), module.transpose_in(x.transpose(1, 2).flatten(1))],
                        input_indices={0: index})[0]
         return module.transpose_out(out)
+
+
+def _cueq_contraction(original: torch.nn.Module, method: str,
+                      training: bool) -> SymmetricContractionCueq:
+    """Unpickles a SymmetricContractionCueq (see its `__reduce__`)."""
+    module = SymmetricContractionCueq(original, method=method)
+    module.training = training
+    return module

@@ -158,6 +158,10 @@ class SymmetricContractionFused(torch.nn.Module):
         """The mace module this one replaced (shares its parameters)."""
         return self._original[0]
 
+    def __reduce__(self) -> tuple:
+        """Pickle as the mace module it replaced and fuse again on load (descriptors rebuilt)."""
+        return _fused_contraction, (self.original, self.training)
+
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         desc = self.descriptors
         if x.dim() != 3 or x.shape[2] != desc.num_ell:
@@ -177,3 +181,10 @@ class SymmetricContractionFused(torch.nn.Module):
             pieces.append(piece.reshape(num_nodes, channels * dim))
             offset += dim
         return torch.cat(pieces, dim=-1)
+
+
+def _fused_contraction(original: torch.nn.Module, training: bool) -> SymmetricContractionFused:
+    """Unpickles a SymmetricContractionFused (see its `__reduce__`)."""
+    module = SymmetricContractionFused(original)
+    module.training = training
+    return module
