@@ -208,6 +208,13 @@ def test_limits_on_the_command_line(tmp_path, capsys):
     assert cli_main(base) == 1
     assert f"error: {path}: frame 1: absurd energy" in capsys.readouterr().err
     assert cli_main([*base, "--max-energy-per-atom", "2e6"]) == 0
+    # `cfmtrain graphs` validates under the limits the frames were converted with
+    graphs = 0
+    for k, frames in enumerate(sorted((tmp_path / "o").glob("frames_*.extxyz"))):
+        shard = tmp_path / f"shard_{k}.h5"
+        assert cli_main(["graphs", "--input", str(frames), "--output", str(shard)]) == 0
+        graphs += json.loads(shard.with_suffix(".json").read_text())["graphs"]
+    assert graphs == 2
     assert cli_main([*base, "--max-force", "-1"]) == 1
     assert "max_force must be a positive finite number" in capsys.readouterr().err
 

@@ -23,7 +23,14 @@ from tqdm import tqdm
 
 from cfmtrain.atomic import atomic_path
 from cfmtrain.data.extxyz import iter_extxyz
-from cfmtrain.data.validate import MIN_DISTANCE, InvalidFrameError, Problem, atoms_problems
+from cfmtrain.data.validate import (
+    LIMITS,
+    MIN_DISTANCE,
+    InvalidFrameError,
+    Limits,
+    Problem,
+    atoms_problems,
+)
 from cfmtrain.graphs.neighbors import GraphTooLargeError, radius_graph
 from cfmtrain.graphs.store import open_shard, write_shard
 
@@ -56,9 +63,22 @@ def read_frames(source: Path) -> Iterator[Atoms | Problem]:
             yield atoms if problem is None else problem
 
 
+def frames_limits(source: Path) -> Limits:
+    """The label limits the frames of `source` were converted under (their folder's
+    manifest.json, written by `cfmtrain convert`), else the defaults."""
+    manifest = source.parent / "manifest.json"
+    if not manifest.is_file():
+        return LIMITS
+    try:
+        limits = json.loads(manifest.read_text()).get("limits")
+    except (json.JSONDecodeError, AttributeError) as err:
+        raise ValueError(f"{manifest}: not a frames manifest ({err})") from None
+    return Limits(**limits) if limits else LIMITS
+
+
 def build_graphs(frames: Iterable[Atoms | Problem], source: str, cutoff: float,
                  skip_invalid: bool, skipped: collections.Counter, keys: dict[str, str] = KEYS,
-                 chunk_size: int = CHUNK) -> Iterator[dict]:
+                 chunk_size: int = CHUNK, limits: Limits = LIMITS) -> Iterator[dict]:
     """Validate and convert frames; invalid ones (or a reader's (reason, detail) in place of a
     frame) raise or, with skip_invalid, are counted.
 
@@ -68,7 +88,8 @@ def build_graphs(frames: Iterable[Atoms | Problem], source: str, cutoff: float,
     index = 0
     while chunk := list(itertools.islice(frames, chunk_size)):
         readable = [a for a in chunk if isinstance(a, Atoms)]
-        checked = iter(atoms_problems(readable, source, index, keys=keys, check_overlap=False))
+        checked = iter(atoms_problems(readable, source, index, keys=keys, check_overlap=False,
+                                      limits=limits))
         for atoms, problem in zip(chunk, (next(checked) if isinstance(a, Atoms) else a
                                           for a in chunk), strict=True):
             graph = None
@@ -97,8 +118,9 @@ def build_shard(source: Path, output: Path, cutoff: float, skip_invalid: bool = 
     skipped: collections.Counter = collections.Counter()
     frames = tqdm(read_frames(source), desc=f"graphs {source.name}", unit="frame",
                   mininterval=2.0)
-    count = write_shard(output, build_graphs(frames, str(source), cutoff, skip_invalid, skipped),
-                        cutoff=cutoff, attrs={"source": str(source)})
+    graphs = build_graphs(frames, str(source), cutoff, skip_invalid, skipped,
+                          limits=frames_limits(source))
+    count = write_shard(output, graphs, cutoff=cutoff, attrs={"source": str(source)})
     with open_shard(output) as f:
         manifest = json.loads(f.attrs["manifest"])
     return {"source": str(source), "output": str(output), "cutoff": cutoff, "graphs": count,
