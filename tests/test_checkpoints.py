@@ -56,6 +56,21 @@ def test_last_two_kept_and_written_atomically(tmp_path):
     assert load_checkpoint(tmp_path / PREVIOUS)["step"] == 2
 
 
+def test_load_latest_falls_back_to_the_previous(tmp_path, capsys):
+    for step in range(2):
+        save_checkpoint({"format": 1, "step": step}, tmp_path / CHECKPOINT)
+    (tmp_path / CHECKPOINT).unlink()  # a stop between the two renames of a save
+    path, state = load_latest(tmp_path)
+    assert (path.name, state["step"]) == (PREVIOUS, 0)
+    (tmp_path / PREVIOUS).write_bytes(b"garbage")
+    (tmp_path / f"{PREVIOUS}.corrupt").write_bytes(b"an earlier one")
+    assert load_latest(tmp_path, main=False) is None  # other ranks: quiet, nothing moved
+    assert capsys.readouterr().err == "" and (tmp_path / PREVIOUS).exists()
+    assert load_latest(tmp_path) is None  # rank 0: reported, moved aside, kept
+    assert f"{tmp_path / PREVIOUS}: cannot load checkpoint" in capsys.readouterr().err
+    assert (tmp_path / f"{PREVIOUS}.corrupt.1").read_bytes() == b"garbage"
+
+
 def _corrupt(path, how: str) -> None:
     data = path.read_bytes()
     if how == "truncated":

@@ -55,16 +55,27 @@ def assert_same_outputs(ref, got) -> None:
     assert summary["epochs"] == json.loads((ref / "summary.json").read_text())["epochs"]
 
 
-def test_sigterm_in_final_validation_then_resume_finishes(data, full_run, tmp_path,
-                                                          monkeypatch, capsys):
-    total, evaluate = total_steps(full_run), runner.evaluate
+@pytest.mark.parametrize("point", ["last step", "final validation"])
+def test_sigterm_at_the_end_then_resume_finishes(data, full_run, tmp_path, monkeypatch, capsys,
+                                                 point):
+    from cfmtrain.train import loop
+
+    total, evaluate, train_step = total_steps(full_run), runner.evaluate, loop.train_step
 
     def evaluate_then_stop(run, dataset, *args, **kwargs):
         if dataset is run.valid_set and run.global_step == total:  # the last validation
             os.kill(os.getpid(), signal.SIGTERM)  # to the handler `train` installed
         return evaluate(run, dataset, *args, **kwargs)
 
-    monkeypatch.setattr(runner, "evaluate", evaluate_then_stop)
+    def step_then_stop(run, *args, **kwargs):
+        if run.global_step == total - 1:  # the run's last step
+            os.kill(os.getpid(), signal.SIGTERM)
+        return train_step(run, *args, **kwargs)
+
+    if point == "last step":
+        monkeypatch.setattr(loop, "train_step", step_then_stop)
+    else:
+        monkeypatch.setattr(runner, "evaluate", evaluate_then_stop)
     assert train(data[0], data[1], tmp_path) == 0
     monkeypatch.undo()
     assert f"stopped at global step {total}" in capsys.readouterr().err
