@@ -52,6 +52,7 @@ def test_summary_ratios_and_goals():
                         curve("baseline", [12, 24, 36, 48], [70, 55, 45, 44]),  # never 40
                         curve("both", [2, 4, 6, 8], [60, 45, 35, 30])])  # 40 at 5 s
     infos = {r: {"steps_per_epoch": 5, "process_wall_s": 60.0} for r in accuracy.RUNS}
+    infos["baseline"]["data_wait_pct"], infos["both"]["data_wait_pct"] = 1.0, 6.0
     summary = accuracy.summarize(curves, infos).set_index("run")
     assert summary.loc[MACE, "time_to_target_s"] == 40 and summary.loc[MACE, "speedup"] == 1
     assert summary.loc["both", "time_to_target_s"] == pytest.approx(5.0)
@@ -64,7 +65,8 @@ def test_summary_ratios_and_goals():
     assert summary.loc["both", "epoch_s"] == 2 and summary.loc[MACE, "epoch_s"] == 10
     lines = accuracy.goal_lines(summary.reset_index())
     assert "baseline: time to 40.00 meV/Å: not reached" in lines[0]
-    assert lines[-2].endswith(": met") and lines[-1].endswith("worst 1.100): met")
+    assert lines[-3].endswith(": met") and lines[-1].endswith("worst 1.100): met")
+    assert lines[-2].endswith("step time: not met (worst 6.00%)")
 
 
 def test_mace_log_times_and_curve(tmp_path):
@@ -98,7 +100,7 @@ def test_extra_epochs_resume_only_runs_short_of_the_target(tmp_path, monkeypatch
 
     def run_cfmtrain(bench, variant, epochs, resume=False):
         calls.append((variant, epochs, resume))
-        return fake_run(variant, maes[variant][:epochs])
+        return fake_run(variant, maes[variant][:epochs], data_wait_pct=1.5)
 
     monkeypatch.setattr(accuracy, "run_cfmtrain", run_cfmtrain)
     monkeypatch.setattr(accuracy, "run_mace", lambda *a: fake_run(MACE, [70.0, 55.0]))
@@ -164,6 +166,8 @@ def test_bench_end_to_end(tmp_path):
     np.testing.assert_allclose(summary.target_mae_f_meV_per_A, 1000 * final["mae_f"])
     assert summary.loc[MACE, "speedup"] == 1 and summary.loc[MACE, "mae_f_ratio"] == 1
     assert (summary.steps_per_epoch > 0).all()
+    waits = summary.data_wait_pct  # cfmtrain's share of step time waiting for data
+    assert 0 < waits["baseline"] < 100 and 0 < waits["both"] < 100 and np.isnan(waits[MACE])
     record = json.loads((out / "accuracy_tiny.json").read_text())
     assert record["e0s_max_abs_diff_eV"] < 1e-6 and record["mace_batch_size"] == 3
     # batch.capacity auto (the default): both takes as many optimiser steps as the baseline

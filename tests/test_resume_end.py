@@ -108,6 +108,13 @@ def test_outputs_deleted_after_finish_are_rewritten_without_training(data, full_
     assert "its run is finished: starting afresh" in capsys.readouterr().err
     assert load_checkpoint(tmp_path / CHECKPOINT)["global_step"] == 1
     assert not (tmp_path / "summary.json").exists()  # the old one went when training began
+    # a finished and exported run whose summary.json alone was removed (`snakemake --forcerun`
+    # deletes the rule's output) is trained again, not only re-finished
+    shutil.copytree(full_run, tmp_path, dirs_exist_ok=True)
+    (tmp_path / "summary.json").unlink()
+    assert train(data[0], data[1], tmp_path, "max_steps=1", resume="auto") == 0
+    assert "summary.json removed: a rerun): starting afresh" in capsys.readouterr().err
+    assert load_checkpoint(tmp_path / CHECKPOINT)["global_step"] == 1
 
 
 def test_max_steps_equal_to_the_runs_steps_finishes(data, full_run, tmp_path):

@@ -35,6 +35,7 @@ PRESETS = {
 SPEEDUP_GOAL = 3.0  # issue #12: `both` reaches mace_run_train's final accuracy >= 3x sooner
 MAE_TOLERANCE = 0.10  # ... and every run's MAE at equal epochs is within 10% of mace's
 E0_TOLERANCE_EV = 1e-3
+DATA_WAIT_GOAL_PCT = 5.0  # ... and cfmtrain's steps wait for data at most this share of the time
 
 
 def time_to_reach(wall: np.ndarray, mae: np.ndarray, target: float) -> tuple[float, float, int]:
@@ -80,6 +81,7 @@ def summarize(curve: pd.DataFrame, infos: dict[str, dict]) -> pd.DataFrame:
             "epoch_s": float(walls[1:].mean() if len(walls) > 1 else walls.mean()),
             "train_s": float(rows_of_run.wall_s.iloc[-1]),
             "process_wall_s": infos[run]["process_wall_s"],
+            "data_wait_pct": infos[run].get("data_wait_pct", math.nan),
             "equal_epochs": last_epoch + 1,
             "mae_e_meV_per_atom": float(at.valid_mae_e_meV_per_atom),
             "mae_f_meV_per_A": float(at.valid_mae_f_meV_per_A),
@@ -106,6 +108,10 @@ def goal_lines(summary: pd.DataFrame) -> list[str]:
     met = bool(both.reached and both.speedup >= SPEEDUP_GOAL)
     lines.append(f"goal: both reaches mace_run_train's final force MAE >= {SPEEDUP_GOAL:g}x "
                  f"sooner: {'met' if met else 'not met'}")
+    waits = rows.data_wait_pct.dropna()
+    met = bool((waits <= DATA_WAIT_GOAL_PCT).all())
+    lines.append(f"goal: data wait <= {DATA_WAIT_GOAL_PCT:g}% of cfmtrain's step time: "
+                 f"{'met' if met else 'not met'} (worst {waits.max():.2f}%)")
     ratios = rows[["mae_e_ratio", "mae_f_ratio"]].to_numpy()
     met = bool((ratios <= 1 + MAE_TOLERANCE).all())
     lines.append(f"goal: every run's MAEs at equal epochs within {MAE_TOLERANCE:.0%} of "

@@ -112,8 +112,10 @@ def run_cfmtrain(bench: Bench, variant: str, epochs: int, resume: bool = False) 
         raise RuntimeError(f"cfmtrain train --variant {variant} failed ({done.returncode}); "
                            f"see {log}")
     epochs_csv = pd.read_csv(folder / "epochs.csv")
+    steps = pd.read_csv(folder / "steps.csv")
     return RunResult(cfmtrain_curve(variant, epochs_csv), {
         "steps_per_epoch": int(epochs_csv.steps.iloc[-1]), "process_wall_s": wall,
+        "data_wait_pct": float(100 * steps.data_s.sum() / steps.step_s.sum()),
         "e0s": model_e0s(folder / "final.model"),
         "capacity": json.loads((folder / "summary.json").read_text())["capacity"]})
 

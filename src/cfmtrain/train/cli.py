@@ -47,8 +47,9 @@ def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0)
     """The checkpoint to resume from: --resume PATH, or with auto the run folder's newest
     loadable one (an unloadable one is moved aside by rank 0, see checkpoint.load_latest).
     With auto a fresh start instead if the checkpoint was made with other settings, is past the
-    run's epochs, or its run is finished and complete (summary.json written). A finished run
-    without summary.json is resumed: it only validates, exports and writes its outputs."""
+    run's epochs, or its run is finished and complete (summary.json written) or exported
+    (final.model written, summary.json removed by a forced rerun). A finished run stopped before
+    its export is resumed: it only validates, exports and writes its outputs."""
     from cfmtrain.train.checkpoint import load_checkpoint, load_latest
 
     if args.resume is None:
@@ -71,6 +72,10 @@ def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0)
         why = f"it is past the run's {epochs} epochs"
     elif finished and (args.output / "summary.json").exists():
         why = "its run is finished"
+    elif finished and (args.output / "final.model").exists():
+        # exported, then summary.json removed: Snakemake's --forcerun (or a changed rule) asks
+        # for the run again; a stop before the export leaves no final.model and is finished
+        why = "its run is finished (final.model written, summary.json removed: a rerun)"
     if why:
         if rank == 0:
             print(f"{path}: not resumed, {why}: starting afresh", file=sys.stderr)
