@@ -74,7 +74,7 @@ def paper_model(dtype: torch.dtype, reduced_cg: bool, for_compile: bool = False,
 def cached_model(config: dict, fused: bool) -> torch.nn.Module:
     """`paper_model` for `config`, then fused if asked. The unfused model is pickled into the
     run's cache folder (if any): later configurations load it in a second instead of
-    rebuilding the CG tensors (a fused model holds scripted modules that cannot be pickled)."""
+    rebuilding the CG tensors; it is fused here, as loading a pickled fused model would do."""
     dtype, reduced = getattr(torch, config["dtype"]), config["cg"] == "reduced"
     size, cache = config.get("model", "paper"), config.get("cache_dir")
     path = Path(cache, f"{size}_{config['dtype']}_{config['cg']}.pt") if cache else None
