@@ -366,3 +366,11 @@ def test_readme_example_plans_as_written(tmp_path):
     for frame, (_, stress) in zip(got, want, strict=True):
         np.testing.assert_allclose(np.reshape(frame.info["REF_stress"], (3, 3)), stress,
                                    atol=1e-12)
+    # config/real_dft.yaml: the union of both sets, raced against mace_run_train (README)
+    command = "snakemake --profile profiles/local accuracy --configfile config/real_dft.yaml"
+    assert command in (ROOT / "README.md").read_text()
+    (repo / "config/real_dft.yaml").symlink_to(ROOT / "config/real_dft.yaml")
+    output = snakemake(repo, "-n", "--printshellcmds", *command.split()[1:])
+    assert re.search(r"cfmtrain bench accuracy --graphs results/graphs/tial "
+                     r"results/graphs/ethanol --split results/graphs/real_dft/split\.npz", output)
+    assert "--name real_dft_goals" in output

@@ -91,7 +91,7 @@ def measure(dataset, graphs_per_batch: int, repeats: int, seed: int = 0) -> list
     return rows
 
 
-def open_dataset(store_path: Path, dtype: str = "float32"):
+def open_dataset(store_path: Path | list[Path], dtype: str = "float32"):
     """All graphs of the store as a GraphDataset for a model of the store's elements."""
     import torch
     from mace.tools import AtomicNumberTable
@@ -123,9 +123,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `cfmtrain bench loader`."""
     parser.add_argument("--preset", choices=sorted(PRESETS), default="quick",
                         help="quick: mini at scale 0.1 when no store is given; full: scale 1")
-    parser.add_argument("--graphs", type=Path, default=None,
-                        help=f"graph store (default {MINI_GRAPHS} if built, else the generated "
-                             f"mini structures at the preset's scale)")
+    parser.add_argument("--graphs", type=Path, nargs="+", default=None,
+                        help=f"graph store: a shard folder, or several (a union; default "
+                             f"{MINI_GRAPHS} if built, else the generated mini structures at "
+                             f"the preset's scale)")
     parser.add_argument("--graphs-per-batch", type=int, nargs="+", default=[8, 32],
                         help="graphs per batch, one table block each (training default 8; the "
                              "paper's 3072-atom bins hold about 27 mini graphs)")
@@ -145,9 +146,10 @@ def run(args: argparse.Namespace) -> int:
     preset = PRESETS[args.preset]
     repeats = args.repeats or preset["repeats"]
     with tempfile.TemporaryDirectory() as tmp:
-        store = args.graphs or (MINI_GRAPHS if MINI_GRAPHS.is_dir() else None)
-        source = str(store) if store else f"mini structures at scale {preset['scale']}"
-        store = store or build_mini_store(Path(tmp), preset["scale"], 4.5)
+        store = args.graphs or ([MINI_GRAPHS] if MINI_GRAPHS.is_dir() else None)
+        source = " + ".join(map(str, store)) if store else \
+            f"mini structures at scale {preset['scale']}"
+        store = store or [build_mini_store(Path(tmp), preset["scale"], 4.5)]
         dataset = open_dataset(store, args.dtype)
         rows = [{**row, "source": source} for size in args.graphs_per_batch
                 for row in measure(dataset, size, repeats)]

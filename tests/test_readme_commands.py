@@ -1,0 +1,49 @@
+"""Every command in README.md's bash blocks is one that a test or CI exercises: `make` (CI runs
+`make test`), `snakemake` (planned by tests/test_own_files.py), `python -m pytest` of test files
+that exist, and `cfmtrain bench` lines read by the benchmark's own argument parser."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from cfmtrain.bench.cli import BENCHMARKS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_commands() -> list[str]:
+    """The command lines of README.md's ```bash blocks, comments dropped."""
+    text = (ROOT / "README.md").read_text()
+    lines = [line.split("#")[0].strip() for block in re.findall(r"```bash\n(.*?)```", text, re.S)
+             for line in block.splitlines()]
+    return [line for line in lines if line]
+
+
+def test_readme_has_commands_of_known_kinds():
+    commands = readme_commands()
+    assert {"make run", "make test"} <= set(commands)
+    kinds = ("make ", "snakemake ", "python -m pytest ", "cfmtrain bench ")
+    assert [c for c in commands if not c.startswith(kinds)] == []
+
+
+@pytest.mark.parametrize("command", [c for c in readme_commands()
+                                     if c.startswith("cfmtrain bench ")])
+def test_readme_bench_commands_parse(command):
+    words = shlex.split(command)
+    module = importlib.import_module(BENCHMARKS[words[2]])
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    module.add_arguments(parser)
+    args = parser.parse_args(words[3:])
+    assert all(str(g).startswith("results/graphs/") for g in getattr(args, "graphs", None) or [])
+
+
+def test_readme_pytest_commands_name_existing_tests():
+    files = [w for c in readme_commands() if c.startswith("python -m pytest ")
+             for w in shlex.split(c)[3:] if not w.startswith("-")]
+    assert files and all((ROOT / f).is_file() for f in files), files
