@@ -116,3 +116,27 @@ def test_two_local_ranks_all_reduce_and_get_sigterm(tmp_path):
     assert records[0]["pid"] != records[1]["pid"]
     for r in (0, 1):
         assert (tmp_path / f"rank{r}.sigterm").read_text() == str(int(signal.SIGTERM)), out
+
+
+def test_two_local_ranks_stopped_after_the_run_was_complete_exit_0(tmp_path):
+    """torchrun's agent exits 1 on SIGTERM even when its ranks are done; once the run's
+    summary.json is written (the run is complete), the launcher exits 0, so that Snakemake keeps
+    the outputs (issue #11 item 4)."""
+    proc = launch("--ranks", "2", "--threads", "1", "--module", "cfmtrain.train.distenv", "--",
+                  "--output", str(tmp_path), "--hold", "120")
+    try:
+        deadline = time.monotonic() + 240
+        while len(list(tmp_path.glob("rank*.json"))) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+            time.sleep(0.5)
+        time.sleep(1.0)
+        (tmp_path / "summary.json").write_text("{}")  # what a complete run writes last
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "stopped after the run was complete" in out
+    for r in (0, 1):  # the ranks did get the stop
+        assert (tmp_path / f"rank{r}.sigterm").read_text() == str(int(signal.SIGTERM)), out

@@ -1,9 +1,11 @@
 """`cfmtrain launch --ranks R [--threads T] -- <cfmtrain args>`: run R ranks of a cfmtrain command
 with srun inside a Slurm allocation, with torchrun elsewhere, always with the allocator settings.
 
-The launcher replaces itself (exec) by torchrun or the single rank; srun stays its child, because
-srun turns a SIGTERM into SIGKILL for its tasks: the launcher sends SIGTERM to the step's tasks
-instead (scancel --signal), so every rank can checkpoint. The exit code is the run's.
+The launcher replaces itself (exec) by the single rank. srun stays its child, because srun turns
+a SIGTERM into SIGKILL for its tasks: the launcher sends SIGTERM to the step's tasks instead
+(scancel --signal), so every rank can checkpoint. torchrun stays its child too: its agent exits 1
+on a SIGTERM even when the ranks had finished, so a stop that arrives after the run's
+`summary.json` was written (the run is complete) exits 0. Otherwise the exit code is the run's.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
+from pathlib import Path
 
 from cfmtrain.malloc_env import MALLOC_ENV
 from cfmtrain.train.distenv import TORCHRUN_KEYS, available_cpus
@@ -144,8 +148,43 @@ def run_srun(argv: list[str], env: dict[str, str]) -> int:
     return 128 - code if code < 0 else code
 
 
+def completed_run(command: list[str], since: float) -> Path | None:
+    """The summary.json in the command's `--output` folder if written after `since` (epoch
+    seconds): the run is complete (`cfmtrain train` writes it last, only then)."""
+    if "--output" not in command[:-1]:
+        return None
+    summary = Path(command[command.index("--output") + 1]) / "summary.json"
+    try:
+        return summary if summary.stat().st_mtime >= since else None
+    except OSError:
+        return None
+
+
+def run_torchrun(argv: list[str], env: dict[str, str], command: list[str]) -> int:
+    """Run torchrun as a child, passing a SIGTERM on; its exit code, or 0 if the stop came
+    after the run was complete."""
+    since, stopped = time.time(), []
+    proc = subprocess.Popen(argv, env=env)
+
+    def forward(signum: int, frame: object) -> None:
+        stopped.append(signum)
+        proc.send_signal(signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        code = proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if code and stopped and (summary := completed_run(command, since)):
+        print(f"cfmtrain launch: stopped after the run was complete ({summary} written): exit 0",
+              file=sys.stderr, flush=True)
+        return 0
+    return 128 - code if code < 0 else code
+
+
 def run(args: argparse.Namespace) -> int:
-    """Launch; returns srun's exit code, or 127 if exec fails (else this process is replaced)."""
+    """Launch; returns srun's or torchrun's exit code, or 127 if exec fails (else this process
+    is replaced by the single rank)."""
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
@@ -163,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"cfmtrain launch ({mode}): {shlex.join(argv)}", file=sys.stderr, flush=True)
     if mode == "srun":
         return run_srun(argv, env)
+    if mode == "torchrun":
+        return run_torchrun(argv, env, command)
     try:
         os.execvpe(argv[0], argv, env)
     except OSError as err:
