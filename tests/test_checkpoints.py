@@ -29,18 +29,6 @@ from cfmtrain.train.checkpoint import (
 )
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_store(tmp_path_factory.mktemp("store"), n=30)
-
-
-@pytest.fixture(scope="module")
-def full_run(data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("full")
-    assert train(data[0], data[1], out) == 0
-    return out
-
-
 def test_last_two_kept_and_written_atomically(tmp_path):
     stale = tmp_path / f".{CHECKPOINT}.tmp-999999999"  # of a writer killed mid-write
     stale.write_bytes(b"half")

@@ -93,15 +93,23 @@ def test_exit_code_and_missing_command():
     assert proc.returncode != 0 and "give the command after `--`" in out
 
 
-def test_two_local_ranks_all_reduce_and_get_sigterm(tmp_path):
+def two_ranks_holding(folder: Path) -> subprocess.Popen:
+    """2 local ranks of the distenv smoke check, both in their hold (signal handlers set)."""
     proc = launch("--ranks", "2", "--threads", "1", "--module", "cfmtrain.train.distenv", "--",
-                  "--output", str(tmp_path), "--hold", "120")
-    try:
-        deadline = time.monotonic() + 240
-        while len(list(tmp_path.glob("rank*.json"))) < 2:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
-            time.sleep(0.5)
-        time.sleep(1.0)  # both ranks are in their hold, signal handlers installed
+                  "--output", str(folder), "--hold", "120")
+    deadline = time.monotonic() + 240
+    while len(list(folder.glob("rank*.json"))) < 2:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(proc.stdout.read())
+        time.sleep(0.5)
+    time.sleep(1.0)
+    return proc
+
+
+def test_two_local_ranks_all_reduce_and_get_sigterm(tmp_path):
+    proc = two_ranks_holding(tmp_path)
+    try:  # both ranks are in their hold, signal handlers installed
         proc.send_signal(signal.SIGTERM)  # the launcher became torchrun, which must forward it
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -122,14 +130,8 @@ def test_two_local_ranks_stopped_after_the_run_was_complete_exit_0(tmp_path):
     """torchrun's agent exits 1 on SIGTERM even when its ranks are done; once the run's
     summary.json is written (the run is complete), the launcher exits 0, so that Snakemake keeps
     the outputs (issue #11 item 4)."""
-    proc = launch("--ranks", "2", "--threads", "1", "--module", "cfmtrain.train.distenv", "--",
-                  "--output", str(tmp_path), "--hold", "120")
+    proc = two_ranks_holding(tmp_path)
     try:
-        deadline = time.monotonic() + 240
-        while len(list(tmp_path.glob("rank*.json"))) < 2:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
-            time.sleep(0.5)
-        time.sleep(1.0)
         (tmp_path / "summary.json").write_text("{}")  # what a complete run writes last
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)

@@ -16,24 +16,11 @@ import sys
 import pytest
 import torch
 from test_train_run import COMMON, REPO, train
-from test_train_units import make_store
 
 from cfmtrain.train import runner
 from cfmtrain.train.checkpoint import CHECKPOINT, load_checkpoint
 
 OUTPUTS = ("summary.json", "final.model", "test_mae.csv")
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_store(tmp_path_factory.mktemp("store"), n=30)
-
-
-@pytest.fixture(scope="module")
-def full_run(data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("full")
-    assert train(data[0], data[1], out) == 0
-    return out
 
 
 def total_steps(run_folder) -> int:

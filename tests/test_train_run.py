@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_train_units import TINY, make_store
+from test_train_units import TINY
 
 from cfmtrain.train import cli
 
@@ -44,12 +44,7 @@ def train(store: Path, split: Path, out: Path, *overrides: str, resume: str | No
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_store(tmp_path_factory.mktemp("store"), n=30)
-
-
-@pytest.fixture(scope="module")
-def full_run(data, tmp_path_factory):
+def full_run(data, tmp_path_factory):  # overrides conftest's: the kernel variant here
     out = tmp_path_factory.mktemp("full")
     assert train(data[0], data[1], out, "variant=kernel") == 0
     return out

@@ -1,0 +1,22 @@
+"""Fixtures shared by the training tests: a small store and a finished baseline run of it (a
+module may override `full_run`, as tests/test_train_run.py does with the kernel variant)."""
+
+from __future__ import annotations
+
+import pytest
+from test_train_run import train
+from test_train_units import make_store
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """(store, split, ...) of 30 small graphs, once per test module."""
+    return make_store(tmp_path_factory.mktemp("store"), n=30)
+
+
+@pytest.fixture(scope="module")
+def full_run(data, tmp_path_factory):
+    """The run folder of an uninterrupted baseline training of `data`."""
+    out = tmp_path_factory.mktemp("full")
+    assert train(data[0], data[1], out) == 0
+    return out
