@@ -1,7 +1,10 @@
-"""Fixtures shared by the training tests: a small store and a finished baseline run of it (a
-module may override `full_run`, as tests/test_train_run.py does with the kernel variant)."""
+"""Fixtures shared by test modules: a download payload, and for the training tests a small store
+and a finished baseline run of it (a module may override `full_run`, as tests/test_train_run.py
+does with the kernel variant)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 from test_train_run import train
@@ -20,3 +23,9 @@ def full_run(data, tmp_path_factory):
     out = tmp_path_factory.mktemp("full")
     assert train(data[0], data[1], out) == 0
     return out
+
+
+@pytest.fixture
+def payload() -> bytes:
+    """Random bytes for the download tests (300 kB and a recognisable end)."""
+    return os.urandom(300_000) + b"end of file"

@@ -6,7 +6,6 @@ Also the registry and the `cfmtrain download` command line.
 from __future__ import annotations
 
 import hashlib
-import os
 
 import pytest
 
@@ -20,11 +19,6 @@ except ImportError:  # tests imported as a package
     from tests.http_server import FileServer, ServedFile
 
 FAST = {"retries": 3, "backoff": 0.0, "timeout": 10.0, "progress": False}
-
-
-@pytest.fixture
-def payload() -> bytes:
-    return os.urandom(300_000) + b"end of file"
 
 
 def sha256(data: bytes) -> str:

@@ -3,7 +3,6 @@ guarded by If-Range, partial data in its own folder. Real urllib against tests/h
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
@@ -16,24 +15,11 @@ try:
     from http_server import FileServer, ServedFile
 except ImportError:  # tests imported as a package
     from tests.http_server import FileServer, ServedFile
+from test_download import FAST, leftovers, sha256
 
 pytestmark = pytest.mark.filterwarnings("ignore:no published checksum")
-FAST = {"retries": 3, "backoff": 0.0, "timeout": 10.0, "progress": False}
 ONCE = {**FAST, "retries": 0}
 CUT = 100_003
-
-
-@pytest.fixture
-def payload() -> bytes:
-    return os.urandom(300_000) + b"end of file"
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def leftovers(folder) -> list[str]:
-    return sorted(p.name for p in folder.iterdir())
 
 
 def test_cut_body_without_length_is_refused(tmp_path, payload, capsys):
