@@ -54,24 +54,14 @@ class RowRanges:
              add: np.ndarray | None = None) -> np.ndarray:
         """The rows along `axis` (0 or 1), concatenated, in `dtype`, plus `add[i]` on the
         rows of range i if given."""
-        if self.sliced and add is not None:
-            shape = list(array.shape)
-            shape[axis] = int(self.counts.sum())
-            out = np.empty(shape, dtype or array.dtype)
-            p = 0
-            for (a, b), value in zip(self.bounds, add.tolist(), strict=True):
-                rows = (slice(None),) * axis + (slice(a, b),)
-                target = (slice(None),) * axis + (slice(p, p + b - a),)
-                np.add(array[rows], value, out=out[target], dtype=out.dtype)
-                p += b - a
-            return out
         if self.sliced:
             parts = [array[a:b] for a, b in self.bounds] if axis == 0 else \
                 [array[:, a:b] for a, b in self.bounds]
-            return np.concatenate(parts, axis=axis, dtype=dtype)
-        rows = np.take(array, self.index, axis=axis)
-        rows = rows if dtype is None else rows.astype(dtype, copy=False)
-        if add is not None:
+            rows = np.concatenate(parts, axis=axis, dtype=dtype)
+        else:
+            rows = array.take(self.index, axis=axis)
+            rows = rows if dtype is None else rows.astype(dtype, copy=False)
+        if add is not None:  # one add over the whole batch: faster than per range with a cast
             rows += np.repeat(add, self.counts)
         return rows
 
