@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from test_train_units import TINY
@@ -62,8 +63,18 @@ def test_outputs(full_run):
     epochs = (full_run / "epochs.csv").read_text().splitlines()
     assert len(epochs) == 3
     assert summary["epoch_time_s"] == pytest.approx(float(epochs[2].split(",")[1]))
-    steps = (full_run / "steps.csv").read_text().splitlines()
-    assert len(steps) == 1 + 2 * summary["steps_per_epoch"]
+    steps = pd.read_csv(full_run / "steps.csv")
+    assert len(steps) == 2 * summary["steps_per_epoch"]
+    # the training thread's CPU time beside wall time: positive, never above the wall time
+    assert (steps.compute_cpu_s > 0).all() and (steps.cpu_s >= steps.compute_cpu_s).all()
+    assert (steps.compute_cpu_s <= steps.compute_s + 1e-3).all()
+    host = summary["host"]
+    timed = steps[steps.epoch >= 1]
+    assert host["cpu_time_s"] == pytest.approx(timed.compute_cpu_s.sum())
+    assert host["wall_cpu_ratio"] == pytest.approx(timed.compute_s.sum()
+                                                   / timed.compute_cpu_s.sum())
+    assert host["loadavg_start"] >= 0 and host["steal_end"] >= host["steal_start"] >= 0
+    assert host["cpu_total_end"] > host["cpu_total_start"]
     table = (full_run / "test_mae.csv").read_text().splitlines()
     assert table[0].startswith("subset,graphs") and table[-1].startswith("all,")
     state = torch.load(full_run / "checkpoint.pt", weights_only=True)

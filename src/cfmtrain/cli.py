@@ -23,7 +23,9 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "balance": ("cfmtrain.balance.report", "packing-quality table and Figure 12", False),
     "bench": ("cfmtrain.bench.cli", "benchmarks: graphs, balance, kernels, loader, accuracy", True),
     "launch": ("cfmtrain.launch", "run R ranks: srun under Slurm, else torchrun", False),
-    "train": ("cfmtrain.train.cli", "data-parallel MACE training (one ablation cell)", True),
+    "train": ("cfmtrain.train.cli", "data-parallel MACE training (one run)", True),
+    "cell": ("cfmtrain.train.repeats", "one ablation cell: repeated training runs and their "
+             "median, spread and contention flags", False),
     "baseline-check": ("cfmtrain.train.baseline_check", "baseline step time against "
                        "mace-torch's own mace_run_train", True),
     "sweep": ("cfmtrain.sweep.cli", "batch-size and bin-capacity sweeps", True),

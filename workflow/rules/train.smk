@@ -1,5 +1,6 @@
-# Stages 5-6: one training cell per target, results/train/<trainset>/<variant>/r<ranks>/summary.json,
-# and the check of the baseline against mace-torch's own mace_run_train (target `ablation`).
+# Stages 5-6: one training cell per target, results/train/<trainset>/<variant>/r<ranks>/summary.json
+# (config train.repeats runs of it into rep1/, rep2/, ...: the median, min-max and contention
+# flags; the median run's final.model, steps.csv and epochs.csv beside it), and the check of the baseline against mace-torch's own mace_run_train (target `ablation`).
 
 
 include: "train_inputs.smk"
@@ -23,6 +24,9 @@ rule train_cell:
         graphs=train_graphs,
         settings=train_settings,
         folder=lambda wildcards, output: os.path.dirname(output[0]),
+        repeats=TRAIN["repeats"],
+        max_ratio=TRAIN["contention"]["max_wall_cpu_ratio"],
+        max_steal=TRAIN["contention"]["max_steal_fraction"],
     # ranks x threads per rank (config train.settings.threads; 0 or unset: the cores / ranks),
     # capped by --cores locally and by the profile's max-threads under Slurm
     threads: lambda wildcards: int(wildcards.ranks)
@@ -39,7 +43,8 @@ rule train_cell:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain launch --ranks {wildcards.ranks:q}"
+        "python -m cfmtrain cell --repeats {params.repeats:q} --max-wall-cpu-ratio {params.max_ratio:q}"
+        " --max-steal-fraction {params.max_steal:q} --ranks {wildcards.ranks:q}"
         " --threads {resources.cpus_per_task:q} --srun-args={resources.srun_args:q} -- train --graphs {params.graphs:q}"
         " --split {input.split:q} --output {params.folder:q} --variant {wildcards.variant:q}"
         " --dataset {wildcards.trainset:q} {params.settings} --resume auto > {log:q} 2>&1"

@@ -74,12 +74,12 @@ def train_step(run, batch, graphs: float, atoms: float, step: int, times: StepTi
                ) -> tuple[torch.Tensor, dict]:
     """One optimisation step on this rank's batch; fills `times`; returns (loss, predictions)."""
     cfg, measure = run.cfg, run.cfg.measure_straggler and world_size() > 1
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     batch = batch.to(run.device, non_blocking=True)
     run.optimizer.zero_grad(set_to_none=True)
     loss, pred = forward_backward(run.ddp, batch, graphs, atoms, cfg, step, measure)
     t1 = time.perf_counter()
-    times.compute_s = t1 - t0
+    times.compute_s, times.compute_cpu_s = t1 - t0, time.thread_time() - c0
     if measure:
         dist.barrier()  # the straggler cost: waiting for the slowest rank's backward
         t2 = time.perf_counter()
@@ -104,7 +104,7 @@ def train_epoch(run, epoch: int, skip: int, on_step: Callable[[int, list], bool]
     records: list[list] = []
     iterator, step = iter(loader), skip
     while True:
-        times, t0 = StepTimes(), time.perf_counter()
+        times, t0, c0 = StepTimes(), time.perf_counter(), time.thread_time()
         try:
             batch = next(iterator)
         except StopIteration:
@@ -112,13 +112,14 @@ def train_epoch(run, epoch: int, skip: int, on_step: Callable[[int, list], bool]
         times.data_s = time.perf_counter() - t0
         graphs, atoms = counts[step].tolist()
         loss, pred = train_step(run, batch, graphs, atoms, run.global_step, times)
+        times.cpu_s = time.thread_time() - c0
         run.train_errors.add(batch, pred, run.cfg.optim.stress_weight > 0)
         run.global_step += 1
         step += 1
         record = [epoch, run.global_step - 1, run.env.rank, int(batch.num_graphs),
                   int(batch.num_nodes), int(batch.edge_index.shape[1]), times.data_s,
                   times.compute_s, times.wait_s, times.allreduce_s, times.optim_s, times.step_s,
-                  float(loss) / world_size()]
+                  float(loss) / world_size(), times.cpu_s, times.compute_cpu_s]
         records.append(record)
         if on_step(step, record):
             break

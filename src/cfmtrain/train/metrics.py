@@ -16,7 +16,7 @@ from cfmtrain.train.loss import combine
 # Layout of an ErrorSums vector.
 FIELDS = ("loss_e", "loss_f", "loss_s", "abs_e_per_atom", "abs_f", "graphs", "atoms")
 STEP_FIELDS = ("epoch", "step", "rank", "graphs", "atoms", "edges", "data_s", "compute_s",
-               "wait_s", "allreduce_s", "optim_s", "step_s", "loss")
+               "wait_s", "allreduce_s", "optim_s", "step_s", "loss", "cpu_s", "compute_cpu_s")
 
 
 def per_graph_errors(batch, pred: dict, use_stress: bool) -> torch.Tensor:
@@ -111,13 +111,17 @@ class ErrorSums:
 @dataclasses.dataclass
 class StepTimes:
     """One rank's timing of one step, in seconds; wait/allreduce are measured only in
-    measurement mode (NaN otherwise, where DDP overlaps the all-reduce with backward)."""
+    measurement mode (NaN otherwise, where DDP overlaps the all-reduce with backward). cpu_s and
+    compute_cpu_s are the training thread's CPU time (`time.thread_time`) over the whole step
+    and over its compute, beside the wall times step_s and compute_s (see train.contention)."""
 
     data_s: float = 0.0
     compute_s: float = 0.0
     wait_s: float = float("nan")
     allreduce_s: float = float("nan")
     optim_s: float = 0.0
+    cpu_s: float = 0.0
+    compute_cpu_s: float = 0.0
 
     @property
     def step_s(self) -> float:

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from cfmtrain.train import checkpoint as ckpt
-from cfmtrain.train import summary
+from cfmtrain.train import contention, summary
 from cfmtrain.train.build import Run
 from cfmtrain.train.loop import StopFlag, evaluate, train_epoch, world_size
 from cfmtrain.train.metrics import STEP_FIELDS, ErrorSums
@@ -32,7 +32,9 @@ class Recorder:
 
     def __init__(self, out: Path, is_main: bool, global_step: int, epoch: int):
         self.out, self.is_main = out, is_main
-        self.steps = [r for r in summary.read_rows(out / "steps.csv")
+        # a steps.csv of an older version lacks the later columns (CPU time): NaN there
+        self.steps = [{k: r.get(k, "nan") for k in STEP_FIELDS}
+                      for r in summary.read_rows(out / "steps.csv")
                       if int(r["step"]) < global_step] if is_main else []
         self.epochs = [r for r in summary.read_rows(out / "epochs.csv")
                        if int(r["epoch"]) < epoch] if is_main else []
@@ -152,8 +154,9 @@ def _end_epoch(run: Run, epoch: int, wall: float, resumed: bool, recorder: Recor
                              run.out / ckpt.CHECKPOINT)
 
 
-def finish(run: Run, recorder: Recorder) -> dict:
-    """Test-set errors per subset, the exported .model, test_mae.csv and summary.json."""
+def finish(run: Run, recorder: Recorder, host: dict) -> dict:
+    """Test-set errors per subset, the exported .model, test_mae.csv and summary.json (with
+    `host`: the load and steal samples of the training's start and end)."""
     cfg, store = run.cfg, run.store
     names = store.subset_names
     test = evaluate(run, run.test_set, cfg.batch.valid_graphs_per_batch,
@@ -180,7 +183,10 @@ def finish(run: Run, recorder: Recorder) -> dict:
              "mean_atoms_per_batch": float(steps[:, 1].mean()) if len(steps) else math.nan,
              "model_file": "final.model",
              "units": {"energy": "eV/atom", "forces": "eV/Å", "time": "s"}}
-    result = summary.summarize(run, recorder.epochs, test.as_dict(cfg.optim), batch)
+    cpu, ratio = contention.compute_wall_cpu(recorder.steps, summary.FIRST_TIMED_EPOCH
+                                             if len(recorder.epochs) > 1 else 0)
+    load = {**host, "cpu_time_s": cpu, "wall_cpu_ratio": ratio}
+    result = summary.summarize(run, recorder.epochs, test.as_dict(cfg.optim), batch, load)
     summary.write_json(run.out / "summary.json", result)
     return result
 
@@ -204,6 +210,7 @@ def train(run: Run, state: dict | None) -> int:
     recorder = Recorder(run.out, main, run.global_step, epoch)
     stop = StopFlag()
     stop.install()
+    start = contention.host_sample()
     while epoch < run.cfg.epochs:
         if not run_epoch(run, epoch, skip, partial, stop, recorder):
             if main:
@@ -212,7 +219,9 @@ def train(run: Run, state: dict | None) -> int:
                       file=sys.stderr, flush=True)
             return 0
         epoch, skip, partial = epoch + 1, 0, None
-    finish(run, recorder)
+    end = contention.host_sample()
+    finish(run, recorder, {f"{k}_{when}": v[k] for when, v in (("start", start), ("end", end))
+                           for k in ("loadavg", "steal", "cpu_total")})
     # Every output is complete (rank 0 wrote them; other ranks only wait for the end now). A
     # SIGTERM from here on, e.g. in the interpreter's teardown after Python's handlers are
     # gone, must not make the process exit 143: Snakemake would delete the finished outputs.

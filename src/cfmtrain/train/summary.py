@@ -23,6 +23,7 @@ EPOCH_FIELDS = ("epoch", "wall_s", "valid_s", "steps", "resumed", "lr", "train_l
                 "train_mae_energy_per_atom", "train_mae_forces", "valid_loss",
                 "valid_mae_energy_per_atom", "valid_mae_forces", "atoms", "atoms_per_s",
                 "compute_max_over_mean", "wait_mean_s")
+FIRST_TIMED_EPOCH = 1  # the first epoch (index 0) is warm-up, left out of the epoch time
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -77,12 +78,13 @@ def provenance(run) -> dict:
             "launcher": run.env.source, "use_reduced_cg": run.cfg.model.use_reduced_cg}
 
 
-def summarize(run, epochs: list[dict], test: dict, mean_batch: dict) -> dict:
-    """summary.json: the cell's results; epoch_time_s is the mean over epochs after the first."""
+def summarize(run, epochs: list[dict], test: dict, mean_batch: dict, host: dict) -> dict:
+    """summary.json: the run's results; epoch_time_s is the mean over epochs after the first;
+    `host`: the load, steal and compute wall/CPU measures (train.contention)."""
     from cfmtrain.train.config import to_dict
 
     walls = [float(e["wall_s"]) for e in epochs]
-    timed = walls[1:] if len(walls) > 1 else walls
+    timed = walls[FIRST_TIMED_EPOCH:] if len(walls) > FIRST_TIMED_EPOCH else walls
     last = epochs[-1] if epochs else {}
     return {
         "dataset": run.dataset, "variant": run.cfg.variant, "ranks": run.env.world_size,
@@ -105,6 +107,7 @@ def summarize(run, epochs: list[dict], test: dict, mean_batch: dict) -> dict:
                 "eV": {chemical_symbols[z]: e for z, e in zip(run.stats.zs, run.stats.e0s,
                                                               strict=True)}},
         "capacity": run.capacity.as_dict(),
+        "host": host,
         "provenance": provenance(run),
         "config": to_dict(run.cfg),
     }

@@ -1,0 +1,180 @@
+"""`cfmtrain cell --repeats N --ranks R -- train ... --output CELL`: one training cell, measured
+N times. Each repeat is a full run of `cfmtrain launch` into CELL/rep<k>; then CELL/summary.json
+holds the median epoch time over the repeats with its min and max, each repeat's contention
+measures and verdict (train.contention), and the rest of the median repeat's summary, whose
+outputs (final.model, steps.csv, epochs.csv, test_mae.csv, config.json) are copied to CELL.
+
+The command's `--resume auto` is passed to every repeat: a finished repeat (its summary.json
+written) trains afresh, so running the cell again (Snakemake's --forcerun) re-measures all of
+them; a repeat stopped part-way (SIGTERM, preemption) continues from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cfmtrain.atomic import atomic_path
+from cfmtrain.launch import completed_run
+from cfmtrain.train import contention
+
+# A repeat's outputs that the cell's folder keeps at its top level (readers of a cell use them).
+PUBLISHED = ("final.model", "steps.csv", "epochs.csv", "test_mae.csv", "config.json")
+HOST_KEYS = ("loadavg_start", "loadavg_end", "steal_start", "steal_end")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `cfmtrain cell`; everything after `--` is the `cfmtrain train` command."""
+    limits = contention.Thresholds()
+    parser.add_argument("--repeats", type=int, default=3, help="runs of the cell (default 3)")
+    parser.add_argument("--ranks", type=int, required=True, help="ranks of each run")
+    parser.add_argument("--threads", type=int, default=None, help="threads per rank (launch)")
+    parser.add_argument("--srun-args", default="", help="extra srun options (launch)")
+    parser.add_argument("--max-wall-cpu-ratio", type=float, default=limits.max_wall_cpu_ratio,
+                        help="a repeat whose compute wall/CPU time exceeds this is contended "
+                             f"(default {limits.max_wall_cpu_ratio})")
+    parser.add_argument("--max-steal-fraction", type=float, default=limits.max_steal_fraction,
+                        help="a repeat during which the hypervisor stole more than this share "
+                             f"of the CPU time is contended (default {limits.max_steal_fraction})")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="-- followed by the `cfmtrain train` arguments, with --output")
+
+
+def repeat_command(command: list[str], k: int) -> tuple[Path, list[str]]:
+    """(the cell folder, the command with its --output replaced by <cell>/rep<k>)."""
+    if command[:1] != ["train"] or "--output" not in command[:-1]:
+        raise ValueError("give the `train` command with its --output after `--`, e.g. "
+                         "`cfmtrain cell --ranks 2 -- train --graphs G --split S --output CELL`")
+    at = command.index("--output") + 1
+    folder = Path(command[at])
+    return folder, [*command[:at], str(folder / f"rep{k}"), *command[at + 1:]]
+
+
+def _number(value) -> float:
+    """A JSON number, NaN for null (write_json writes NaN as null)."""
+    return math.nan if value is None else float(value)
+
+
+def repeat_record(k: int, summary: dict, limits: contention.Thresholds) -> dict:
+    """One repeat's entry of the cell's `repeats`: its epoch time, contention measures and
+    verdict (`contended`, and `contended_because` saying which threshold it crossed)."""
+    host = {key: _number(v) for key, v in (summary.get("host") or {}).items()}
+    needed = (*HOST_KEYS, "cpu_total_start", "cpu_total_end", "cpu_time_s", "wall_cpu_ratio")
+    host = {key: host.get(key, math.nan) for key in needed}
+    steal = contention.steal_fraction(host)
+    why = contention.verdict(host["wall_cpu_ratio"], steal, limits)
+    return {"repeat": k, "epoch_time_s": _number(summary["epoch_time_s"]),
+            "cpu_time_s": host["cpu_time_s"], "wall_cpu_ratio": host["wall_cpu_ratio"],
+            **{key: host[key] for key in HOST_KEYS}, "steal_fraction": steal,
+            "contended": bool(why), "contended_because": why}
+
+
+def aggregate(summaries: list[dict], limits: contention.Thresholds) -> tuple[dict, int]:
+    """(the cell's summary, the index of its median repeat) from its repeats' summaries, in
+    repeat order: epoch_time_s is the median of the repeats' epoch times (the mean of the two
+    middle ones for an even count), epoch_time_min_s/max_s their range; other keys are the
+    median repeat's (the lower middle one for an even count)."""
+    records = [repeat_record(k, s, limits) for k, s in enumerate(summaries, start=1)]
+    times = np.array([r["epoch_time_s"] for r in records])
+    if not np.isfinite(times).all():
+        bad = [r["repeat"] for r in records if not math.isfinite(r["epoch_time_s"])]
+        raise ValueError(f"repeats {bad} have no epoch time (no epoch trained?)")
+    middle = int(np.argsort(times, kind="stable")[(len(times) - 1) // 2])
+    cell = {key: v for key, v in summaries[middle].items() if key != "host"}
+    cell.update({"epoch_time_s": float(np.median(times)), "epoch_time_min_s": float(times.min()),
+                 "epoch_time_max_s": float(times.max()), "repeats": records,
+                 "contended": any(r["contended"] for r in records),
+                 "outputs_of_repeat": middle + 1,
+                 "contention_thresholds": dataclasses.asdict(limits)})
+    return cell, middle
+
+
+def publish(source: Path, folder: Path) -> None:
+    """Copy a repeat's outputs to the cell folder's top level, each atomically."""
+    for name in PUBLISHED:
+        with atomic_path(folder / name) as tmp:
+            shutil.copyfile(source / name, tmp)
+
+
+def read_summary(path: Path) -> dict:
+    """A repeat's summary.json; an unreadable one is an error naming it."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: cannot read the repeat's summary ({err})") from None
+
+
+def launch_repeat(argv: list[str]) -> tuple[int, bool]:
+    """Run `cfmtrain launch` as a child, passing a SIGTERM on; (exit code, SIGTERM seen)."""
+    stopped: list[int] = []
+    proc = subprocess.Popen(argv)
+
+    def forward(signum: int, frame: object) -> None:
+        stopped.append(signum)
+        proc.send_signal(signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        code = proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return (128 - code if code < 0 else code), bool(stopped)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the repeats one after another, then write the cell's outputs; the failing repeat's
+    exit code (143 after SIGTERM) if one does not finish."""
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    try:
+        if args.repeats < 1:
+            raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
+        limits = contention.Thresholds(args.max_wall_cpu_ratio, args.max_steal_fraction)
+        folder = repeat_command(command, 1)[0]
+    except ValueError as err:
+        raise SystemExit(f"cfmtrain cell: {err}") from None
+    from cfmtrain.train.checkpoint import CHECKPOINT, PREVIOUS  # (torch: only once checked)
+    from cfmtrain.train.summary import write_json
+
+    for stale in (CHECKPOINT, PREVIOUS):  # of a run trained in the cell folder itself
+        (folder / stale).unlink(missing_ok=True)
+    launch = [sys.executable, "-m", "cfmtrain", "launch", "--ranks", str(args.ranks),
+              f"--srun-args={args.srun_args}",
+              *(["--threads", str(args.threads)] if args.threads else []), "--"]
+    summaries = []
+    for k in range(1, args.repeats + 1):
+        _, rep = repeat_command(command, k)
+        print(f"cfmtrain cell: repeat {k} of {args.repeats}", file=sys.stderr, flush=True)
+        since = time.time()
+        code, stopped = launch_repeat([*launch, *rep])
+        done = completed_run(rep, since)
+        if code or done is None:
+            print(f"cfmtrain cell: repeat {k} ({folder / f'rep{k}'}) did not finish (exit "
+                  f"{code}{', SIGTERM' if stopped else ''}); running the cell again continues it",
+                  file=sys.stderr, flush=True)
+            return code or (143 if stopped else 1)
+        summaries.append(read_summary(done))
+    try:
+        cell, middle = aggregate(summaries, limits)
+    except ValueError as err:
+        print(f"cfmtrain cell: {folder}: {err}", file=sys.stderr)
+        return 1
+    publish(folder / f"rep{middle + 1}", folder)
+    write_json(folder / "summary.json", cell)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # complete: a late stop must not fail it
+    flagged = [r["repeat"] for r in cell["repeats"] if r["contended"]]
+    print(f"cfmtrain cell: {folder}: epoch {cell['epoch_time_s']:.3f} s (median of "
+          f"{args.repeats}, {cell['epoch_time_min_s']:.3f}-{cell['epoch_time_max_s']:.3f} s)"
+          + (f"; contended repeats {flagged}" if flagged else ""), file=sys.stderr)
+    return 0

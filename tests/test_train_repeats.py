@@ -1,0 +1,147 @@
+"""Repeated cells and contention: the cell's summary from known repeat summaries (median, min,
+max, contended), the contention verdict from known wall/CPU and steal numbers, the host samples
+from /proc-format files, and `cfmtrain cell` end to end (2 tiny repeats through the launcher,
+then a rerun, as Snakemake's --forcerun does, that measures both again)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_train_run import COMMON
+
+from cfmtrain.train import contention, repeats
+
+ROOT = Path(__file__).resolve().parents[1]
+LIMITS = contention.Thresholds(max_wall_cpu_ratio=1.15, max_steal_fraction=0.02)
+
+
+def run_summary(epoch_time: float, ratio: float, steal: tuple[float, float] = (0.0, 0.0),
+                **extra) -> dict:
+    """A repeat's summary.json as `cfmtrain train` writes it (the keys the cell reads)."""
+    host = {"loadavg_start": 0.5, "loadavg_end": 1.5, "steal_start": steal[0],
+            "steal_end": steal[1], "cpu_total_start": 1000.0, "cpu_total_end": 1100.0,
+            "cpu_time_s": 8.0, "wall_cpu_ratio": ratio}
+    return {"variant": "both", "ranks": 2, "epoch_time_s": epoch_time, "host": host, **extra}
+
+
+def test_cell_summary_is_the_median_with_min_max_and_flags():
+    summaries = [run_summary(10.0, 1.02, val=1), run_summary(14.0, 1.40, val=2),
+                 run_summary(11.0, 1.05, steal=(5.0, 8.0), val=3)]
+    cell, middle = repeats.aggregate(summaries, LIMITS)
+    assert middle == 2 and cell["outputs_of_repeat"] == 3 and cell["val"] == 3
+    assert (cell["epoch_time_s"], cell["epoch_time_min_s"], cell["epoch_time_max_s"]) == (
+        11.0, 10.0, 14.0)
+    flags = [(r["repeat"], r["contended"]) for r in cell["repeats"]]
+    assert flags == [(1, False), (2, True), (3, True)]  # wall/CPU 1.40; steal 3 of 100 s
+    assert "wall/CPU 1.400 > 1.15" in cell["repeats"][1]["contended_because"]
+    assert "steal 0.030" in cell["repeats"][2]["contended_because"]
+    assert cell["repeats"][2]["steal_fraction"] == pytest.approx(0.03)
+    assert cell["contended"] is True and "host" not in cell
+    first = cell["repeats"][0]
+    assert {k: first[k] for k in ("epoch_time_s", "cpu_time_s", "wall_cpu_ratio",
+                                  "loadavg_start", "loadavg_end", "steal_start", "steal_end",
+                                  "contended_because")} == {
+        "epoch_time_s": 10.0, "cpu_time_s": 8.0, "wall_cpu_ratio": 1.02, "loadavg_start": 0.5,
+        "loadavg_end": 1.5, "steal_start": 0.0, "steal_end": 0.0, "contended_because": ""}
+    assert cell["contention_thresholds"] == {"max_wall_cpu_ratio": 1.15,
+                                             "max_steal_fraction": 0.02}
+
+
+def test_even_count_median_and_an_undisturbed_cell():
+    cell, middle = repeats.aggregate([run_summary(12.0, 1.0), run_summary(10.0, 1.1)], LIMITS)
+    assert cell["epoch_time_s"] == 11.0 and middle == 1  # lower middle repeat's outputs
+    assert cell["contended"] is False
+
+
+def test_unknown_measures_do_not_flag_but_a_missing_epoch_time_is_an_error():
+    summary = run_summary(10.0, 1.0)
+    summary["host"].update(wall_cpu_ratio=None, steal_start=None)  # NaN, written as null
+    cell, _ = repeats.aggregate([summary], LIMITS)
+    assert cell["contended"] is False and math.isnan(cell["repeats"][0]["steal_fraction"])
+    with pytest.raises(ValueError, match=r"repeats \[2\] have no epoch time"):
+        repeats.aggregate([run_summary(10.0, 1.0), run_summary(None, 1.0)], LIMITS)
+
+
+def test_wall_over_cpu_of_the_timed_epochs():
+    rows = [{"epoch": 0, "compute_s": 9.0, "compute_cpu_s": 1.0},  # warm-up: left out
+            {"epoch": 1, "compute_s": 2.4, "compute_cpu_s": 2.0},
+            {"epoch": 1, "compute_s": 3.6, "compute_cpu_s": 3.0}]
+    cpu, ratio = contention.compute_wall_cpu(rows, first_epoch=1)
+    assert (cpu, ratio) == (pytest.approx(5.0), pytest.approx(1.2))
+    assert contention.verdict(ratio, 0.0, LIMITS) == "compute wall/CPU 1.200 > 1.15"
+    assert contention.verdict(1.15, 0.02, LIMITS) == ""  # at the limits: not contended
+    assert math.isnan(contention.compute_wall_cpu(rows, first_epoch=2)[1])
+    with pytest.raises(ValueError, match="max_wall_cpu_ratio must be at least 1"):
+        contention.Thresholds(max_wall_cpu_ratio=0.9)
+
+
+def test_host_sample_reads_proc_files(tmp_path):
+    (tmp_path / "loadavg").write_text("1.75 0.80 0.30 2/150 4242\n")
+    hz = os.sysconf("SC_CLK_TCK")
+    (tmp_path / "stat").write_text(f"cpu  {6 * hz} 0 {2 * hz} {10 * hz} 0 0 0 {2 * hz} 0 0\n"
+                                   "cpu0 1 2 3 4 5 6 7 8 9 10\n")
+    sample = contention.host_sample(tmp_path / "loadavg", tmp_path / "stat")
+    assert sample == {"loadavg": 1.75, "steal": 2.0, "cpu_total": 20.0}
+    missing = contention.host_sample(tmp_path / "none", tmp_path / "none")
+    assert all(math.isnan(v) for v in missing.values())
+
+
+def test_the_command_must_be_train_with_an_output(tmp_path):
+    with pytest.raises(ValueError, match="--output"):
+        repeats.repeat_command(["train", "--graphs", "g"], 1)
+    folder, command = repeats.repeat_command(["train", "--output", str(tmp_path), "--x"], 2)
+    assert folder == tmp_path and command == ["train", "--output", str(tmp_path / "rep2"), "--x"]
+
+
+def cell(data, out: Path) -> subprocess.CompletedProcess:
+    """`cfmtrain cell` of 2 tiny repeats on one rank, as the rule train_cell runs it."""
+    argv = [sys.executable, "-m", "cfmtrain", "cell", "--repeats", "2", "--ranks", "1",
+            "--threads", "1", "--max-wall-cpu-ratio", "1.15", "--", "train", "--graphs",
+            str(data[0]), "--split", str(data[1]), "--output", str(out), "--variant", "both",
+            "--resume", "auto"]
+    for setting in COMMON:
+        argv += ["--set", setting]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_cell_of_two_repeats_end_to_end_and_rerun(data, tmp_path):
+    out = tmp_path / "cell"
+    result = cell(data, out)
+    assert result.returncode == 0, result.stderr
+    reps = [json.loads((out / f"rep{k}" / "summary.json").read_text()) for k in (1, 2)]
+    summary = json.loads((out / "summary.json").read_text())
+    times = sorted(r["epoch_time_s"] for r in reps)
+    assert summary["epoch_time_s"] == pytest.approx(sum(times) / 2)
+    assert (summary["epoch_time_min_s"], summary["epoch_time_max_s"]) == tuple(times)
+    assert [r["repeat"] for r in summary["repeats"]] == [1, 2]
+    assert summary["contended"] == any(r["contended"] for r in summary["repeats"])
+    for rep, record in zip(reps, summary["repeats"], strict=True):
+        # each repeat's epoch time leaves out its first epoch (warm-up)
+        assert rep["epoch_time_s"] == pytest.approx(rep["epoch_times_s"][1])
+        assert record["contended"] == (record["wall_cpu_ratio"] > 1.15)
+        assert record["wall_cpu_ratio"] >= 0.999 and record["cpu_time_s"] > 0
+    k = summary["outputs_of_repeat"]
+    assert summary["epoch_times_s"] == reps[k - 1]["epoch_times_s"]
+    for name in repeats.PUBLISHED:  # the median repeat's outputs, where readers look for them
+        assert (out / name).read_bytes() == (out / f"rep{k}" / name).read_bytes(), name
+    steps = pd.read_csv(out / "steps.csv")
+    assert {"cpu_s", "compute_cpu_s"} <= set(steps.columns)
+    assert not (out / "checkpoint.pt").exists()
+
+    # a rerun (snakemake --forcerun removes summary.json first) trains both repeats again
+    (out / "summary.json").unlink()
+    before = [(out / f"rep{k}" / "steps.csv").stat().st_mtime_ns for k in (1, 2)]
+    result = cell(data, out)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("not resumed, its run is finished: starting afresh") == 2
+    after = [(out / f"rep{k}" / "steps.csv").stat().st_mtime_ns for k in (1, 2)]
+    assert all(a > b for a, b in zip(after, before, strict=True))
+    assert json.loads((out / "summary.json").read_text())["repeats"][0]["repeat"] == 1
