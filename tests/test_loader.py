@@ -119,6 +119,32 @@ def test_unknown_element_is_named(union):
             list(make_loader(dataset, [[0, 1], [9, 2]], workers))
 
 
+def test_assemble_batch_refuses_bad_arrays(union):
+    """The compiled gather checks what it is given instead of reading out of bounds."""
+    dataset = GraphDataset(union, np.arange(len(union)), Z_TABLE, CUTOFF, torch.float64)
+    m = BatchAssembler(dataset, StoreArrays(union, 2**40)).memory
+
+    def call(graphs, **change):
+        args = {"atom_fields": [m["positions"], m["forces"]], "edge_fields": [m["shifts"]],
+                "edge_index": m["edge_index"], **change}
+        return torch.ops.cfmtrain.assemble_batch(
+            torch.tensor(graphs), m["atoms_start"], m["num_atoms"], m["edges_start"],
+            m["num_edges"], m["species"], len(Z_TABLE), args["atom_fields"],
+            args["edge_index"], m["unit_shifts"], args["edge_fields"],
+            [m["energy"], m["pbc"]], None)
+
+    assert call([3, 0])[0].tolist() == [0] * int(union.num_atoms[3]) + [1] * int(
+        union.num_atoms[0])
+    with pytest.raises(RuntimeError, match="graph 20 is outside"):
+        call([0, 20])
+    with pytest.raises(RuntimeError, match="must be a contiguous CPU tensor"):
+        call([0], edge_fields=[m["shifts"].T.contiguous().T])  # column-major
+    with pytest.raises(RuntimeError, match="an edge field must be Float, got Double"):
+        call([0], atom_fields=[m["positions"].float(), m["forces"].float()])
+    with pytest.raises(RuntimeError, match="edge field has"):
+        call([0], edge_fields=[m["shifts"][:-1]])
+
+
 def batches_of(loader) -> list:
     return [b.to_dict() for b in loader]
 

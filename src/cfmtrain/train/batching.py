@@ -18,11 +18,14 @@ import torch
 from mace.data import AtomicData
 from mace.tools.torch_geometric.batch import Batch
 
+from cfmtrain.kernels.backend import load_ops
 from cfmtrain.train.cells import cell_rows, edge_shifts, graph_extent
-from cfmtrain.train.store_arrays import ATOM_FIELDS, EDGE_FIELDS, STORED, StoreArrays
+from cfmtrain.train.store_arrays import STORED, StoreArrays
 
 if TYPE_CHECKING:
     from cfmtrain.train.data import GraphDataset
+
+load_ops("cfmtrain._ops_batch_assembly")
 
 
 def split_items(items: Sequence) -> tuple[np.ndarray, np.ndarray | None]:
@@ -40,34 +43,14 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype:
     return torch.empty((), dtype=dtype).numpy().dtype
 
 
-def one_hot(species: np.ndarray, classes: int, dtype: np.dtype) -> torch.Tensor:
-    """[atoms, classes] one-hot rows of `species`, as torch.nn.functional.one_hot gives."""
-    out = np.zeros((len(species), classes), dtype)
-    out.reshape(-1)[np.arange(0, len(species) * classes, classes) + species] = 1
-    return torch.from_numpy(out)
-
-
-# Batch fields that are constant, grouped by shape after the graph axis so that each group is
-# one allocation split into its fields.
-ZEROS_PER_GRAPH = {(3, 3): ("virials", "polarizability"), (3,): ("dipole", "external_field"),
-                   (): ("elec_temp", "total_charge", "fermi_level")}
-ONES_PER_GRAPH = {(): ("energy_weight", "forces_weight", "virials_weight", "charges_weight",
-                       "total_spin"), (3,): ("dipole_weight",), (3, 3): ("polarizability_weight",)}
-
-
-def constants(graphs: int, atoms: int, dtype: np.dtype) -> dict[str, torch.Tensor]:
-    """The constant batch fields (mace-torch's zeros and ones), each its own tensor."""
-    out = {"charges": torch.from_numpy(np.zeros(atoms, dtype)),
-           "density_coefficients": torch.from_numpy(np.zeros((atoms, 1), dtype)),
-           "head": torch.from_numpy(np.zeros(graphs, np.int64))}
-    for fill, groups in ((np.zeros, ZEROS_PER_GRAPH), (np.ones, ONES_PER_GRAPH)):
-        for shape, names in groups.items():
-            out.update(zip(names, map(torch.from_numpy, fill((len(names), graphs, *shape),
-                                                             dtype)), strict=True))
-    return out
-
-
 GRAPH_ROWS = ("energy", "stress", "stress_weight", "cell", "volume", "rcell")
+# cfmtrain::assemble_batch's outputs, in order (kernels/batch_assembly.cpp)
+OUTPUTS = ("batch", "ptr", "node_attrs", "positions", "forces", "edge_index", "unit_shifts",
+           "shifts", *GRAPH_ROWS, "pbc", "weight",
+           "virials", "polarizability", "dipole", "external_field", "elec_temp", "total_charge",
+           "fermi_level", "charges", "density_coefficients", "head",
+           "energy_weight", "forces_weight", "virials_weight", "charges_weight", "total_spin",
+           "dipole_weight", "polarizability_weight")
 
 
 def graph_rows(rows: dict[str, np.ndarray], ptr: np.ndarray, cutoff: float, dtype: torch.dtype,
@@ -82,46 +65,56 @@ def graph_rows(rows: dict[str, np.ndarray], ptr: np.ndarray, cutoff: float, dtyp
     return {"energy": rows["energy"].astype(npf),
             "stress": np.where(has_stress[:, None, None], rows["stress"], 0.0).astype(npf),
             "stress_weight": has_stress.astype(npf),
-            **{k: v.numpy() for k, v in cells.items()}}
+            **{k: np.ascontiguousarray(v.numpy()) for k, v in cells.items()}}
 
 
-def derive_rows(arrays: StoreArrays, cutoff: float, dtype: torch.dtype, use_stress: bool
-                ) -> dict[str, str]:
-    """Add the GRAPH_ROWS of every graph and the shifts of every edge (in `dtype`) to in-memory
-    `arrays` once; returns the field name of each."""
-    names = {k: f"{k}@{cutoff}@{dtype}@{use_stress}" for k in (*GRAPH_ROWS, "shifts")}
-    with arrays.lock:
-        if names["shifts"] not in arrays.fields:
-            fields = arrays.fields
-            ptr = np.concatenate([[0], np.cumsum(arrays.num_atoms)])
-            graphs = graph_rows(fields, ptr, cutoff, dtype, use_stress)
-            edge_graph = torch.from_numpy(np.repeat(np.arange(len(ptr) - 1), arrays.num_edges))
-            cells = torch.from_numpy(graphs["cell"])
-            shifts = torch.empty((len(edge_graph), 3), dtype=dtype)
-            for a in range(0, len(edge_graph), 1 << 20):  # bounded temporaries
-                unit = torch.from_numpy(fields["unit_shifts"][a:a + (1 << 20)]).to(dtype)
-                shifts[a:a + len(unit)] = edge_shifts(unit, cells, edge_graph[a:a + len(unit)])
-            for k, v in graphs.items():
-                arrays.add_field(names[k], "graphs", v)
-            arrays.add_field(names["shifts"], "edges", shifts.numpy())
-    return names
+def batch_arrays(rows: dict[str, np.ndarray], ptr: np.ndarray, num_edges: np.ndarray,
+                 dataset: GraphDataset, shifts: np.ndarray | None = None
+                 ) -> dict[str, np.ndarray]:
+    """What assemble_batch gathers from, for graphs with stored `rows` (all fields, atoms
+    ptr[i]:ptr[i+1]): species, positions and forces in the model's precision, the GRAPH_ROWS,
+    and the edge shifts (computed unless given)."""
+    npf = numpy_dtype(dataset.dtype)
+    out = graph_rows(rows, ptr, dataset.cutoff, dataset.dtype, dataset.use_stress)
+    if shifts is None:
+        edge_graph = torch.from_numpy(np.repeat(np.arange(len(ptr) - 1), num_edges))
+        cells = torch.from_numpy(out["cell"])
+        shifts = torch.empty((len(edge_graph), 3), dtype=dataset.dtype)
+        for a in range(0, len(edge_graph), 1 << 20):  # bounded temporaries
+            unit = torch.from_numpy(rows["unit_shifts"][a:a + (1 << 20)]).to(dataset.dtype)
+            shifts[a:a + len(unit)] = edge_shifts(unit, cells, edge_graph[a:a + len(unit)])
+        shifts = shifts.numpy()
+    return {**out, "shifts": shifts, "species": dataset.z_to_index[rows["numbers"]],
+            "positions": rows["positions"].astype(npf), "forces": rows["forces"].astype(npf),
+            "edge_index": rows["edge_index"], "unit_shifts": rows["unit_shifts"],
+            "pbc": rows["pbc"]}
 
 
 class BatchAssembler:
-    """Callable: dataset items (`i` or `(i, weight)`) -> the mace-torch Batch of those graphs."""
+    """Callable: dataset items (`i` or `(i, weight)`) -> the mace-torch Batch of those graphs,
+    assembled by one cfmtrain::assemble_batch call over the store's arrays held in memory, or
+    over the batch's rows read from the shards."""
 
     def __init__(self, dataset: GraphDataset, arrays: StoreArrays):
         self.dataset, self.arrays = dataset, arrays
         self.npf = numpy_dtype(dataset.dtype)
-        self.derived = (derive_rows(arrays, dataset.cutoff, dataset.dtype, dataset.use_stress)
-                        if arrays.in_memory else None)
-        self.dtypes = {"forces": self.npf, "unit_shifts": self.npf,
-                       "edge_index": np.dtype(np.int64)}
-        if self.derived is None:  # the stored graph fields, and positions in float64 for cells
-            self.names = STORED
-        else:
-            self.dtypes["positions"] = self.npf
-            self.names = (*ATOM_FIELDS, *EDGE_FIELDS, "pbc", *self.derived.values())
+        self.memory: dict[str, torch.Tensor] | None = None
+        self.unknown: np.ndarray | None = None  # per store graph: has an element not modelled
+        if arrays.in_memory:
+            key = f"{dataset.cutoff}@{dataset.dtype}@{dataset.use_stress}@{dataset.z_table.zs}"
+            ptr = np.concatenate([[0], np.cumsum(arrays.num_atoms)])
+            with arrays.lock:
+                if key not in arrays.derived:
+                    arrays.derived[key] = batch_arrays(arrays.fields, ptr, arrays.num_edges,
+                                                       dataset)
+            derived = arrays.derived[key]
+            self.memory = {k: torch.from_numpy(v) for k, v in derived.items()}
+            for kind in ("atoms", "edges"):
+                self.memory[f"{kind}_start"] = torch.from_numpy(arrays.starts[kind])
+            self.memory["num_atoms"] = torch.from_numpy(arrays.num_atoms)
+            self.memory["num_edges"] = torch.from_numpy(arrays.num_edges)
+            self.unknown = np.logical_or.reduceat(derived["species"] < 0, ptr[:-1]) \
+                if len(derived["species"]) else np.zeros(len(arrays.num_atoms), bool)
 
     def __call__(self, items: Sequence) -> Batch:
         positions, weights = split_items(items)
@@ -130,34 +123,35 @@ class BatchAssembler:
 
     def assemble(self, graphs: np.ndarray, weights: np.ndarray | None) -> Batch:
         """The Batch of store graphs `graphs` with loss `weights` (None: all 1)."""
-        ds, npf = self.dataset, self.npf
-        n = len(graphs)
-        num_atoms, num_edges = self.arrays.num_atoms[graphs], self.arrays.num_edges[graphs]
-        ptr = np.zeros(n + 1, np.int64)
-        np.cumsum(num_atoms, out=ptr[1:])
-        rows = self.arrays.rows(graphs, self.names, self.dtypes, {"edge_index": ptr[:-1]})
-        species = ds.z_to_index[rows["numbers"]]
-        if (species < 0).any():
-            ds.check_elements(graphs[np.searchsorted(ptr, np.argmax(species < 0), "right") - 1])
-        if self.derived is None:
-            fields = graph_rows(rows, ptr, ds.cutoff, ds.dtype, ds.use_stress)
-            rows["positions"] = rows["positions"].astype(npf, copy=False)
-            fields["shifts"] = edge_shifts(
-                torch.from_numpy(rows["unit_shifts"]), torch.from_numpy(fields["cell"]),
-                torch.from_numpy(np.repeat(np.arange(n), num_edges))).numpy()
+        ds, n = self.dataset, len(graphs)
+        if self.memory is not None:
+            if self.unknown[graphs].any():
+                ds.check_elements(graphs[np.argmax(self.unknown[graphs])])
+            arrays, index = self.memory, torch.from_numpy(graphs)
         else:
-            fields = {k: rows[name] for k, name in self.derived.items()}
-        fields.update((k, rows[k]) for k in ("positions", "forces", "edge_index", "unit_shifts",
-                                             "pbc"))
-        fields["cell"] = fields["cell"].reshape(3 * n, 3)
-        fields["rcell"] = fields["rcell"].reshape(3 * n, 3)
-        fields["weight"] = np.ones(n, npf) if weights is None else weights.astype(npf)
-        fields["store_id"] = graphs
-        batch = Batch(batch=torch.from_numpy(np.repeat(np.arange(n), num_atoms)),
-                      ptr=torch.from_numpy(ptr))
-        # Batch(**fields) sets the same attributes, several times slower
-        batch.__dict__.update(zip(fields, map(torch.from_numpy, fields.values()), strict=True))
-        batch.__dict__.update(constants(n, int(ptr[-1]), npf),
-                              node_attrs=one_hot(species, len(ds.z_table), npf))
+            num_atoms, num_edges = self.arrays.num_atoms[graphs], self.arrays.num_edges[graphs]
+            ptr = np.zeros(n + 1, np.int64)
+            np.cumsum(num_atoms, out=ptr[1:])
+            rows = batch_arrays(self.arrays.rows(graphs, STORED), ptr, num_edges, ds)
+            if (rows["species"] < 0).any():
+                ds.check_elements(graphs[np.searchsorted(ptr, np.argmax(rows["species"] < 0),
+                                                         "right") - 1])
+            arrays = {k: torch.from_numpy(v) for k, v in rows.items()}
+            arrays.update(atoms_start=torch.from_numpy(ptr[:-1]),
+                          edges_start=torch.from_numpy(np.cumsum(num_edges) - num_edges),
+                          num_atoms=torch.from_numpy(num_atoms),
+                          num_edges=torch.from_numpy(num_edges))
+            index = torch.arange(n)
+        fields = torch.ops.cfmtrain.assemble_batch(
+            index, arrays["atoms_start"], arrays["num_atoms"], arrays["edges_start"],
+            arrays["num_edges"], arrays["species"], len(ds.z_table),
+            [arrays["positions"], arrays["forces"]], arrays["edge_index"],
+            arrays["unit_shifts"], [arrays["shifts"]], [arrays[k] for k in (*GRAPH_ROWS, "pbc")],
+            None if weights is None else torch.from_numpy(weights.astype(self.npf)))
+        batch = Batch()
+        batch.__dict__.update(zip(OUTPUTS, fields, strict=True))  # as Batch(**fields), faster
+        batch.cell = batch.cell.view(3 * n, 3)
+        batch.rcell = batch.rcell.view(3 * n, 3)
+        batch.store_id = torch.from_numpy(graphs)
         batch.__data_class__, batch.__num_graphs__ = AtomicData, n
         return batch

@@ -1,11 +1,11 @@
-"""The rows of a batch's graphs from a GraphStore's concatenated shard arrays, vectorised.
+"""A GraphStore's concatenated shard arrays, held in memory or read per batch, vectorised.
 
-Memory rule: a store's arrays (every field of every shard, plus the per-edge shifts in float64,
-`MEMORY_BYTES_PER_EDGE`) are held in memory when they need at most `memory_budget()` bytes: a
-quarter of the node's available memory divided by the ranks the node holds (node CPUs / CPUs
-per rank). A batch is then one concatenation of its graphs' contiguous row ranges per field.
-Otherwise each batch is read from the shards: one HDF5 read per field and shard (the union of
-the batch's row ranges as one hyperslab selection).
+Memory rule: a store's arrays (every field of every shard, plus the arrays derived from them
+for training, mainly the per-edge shifts: `MEMORY_BYTES_PER_EDGE`) are held in memory when they
+need at most `memory_budget()` bytes: a quarter of the node's available memory divided by the
+ranks the node holds (node CPUs / CPUs per rank). A batch is then gathered from them by one
+compiled call (train.batching). Otherwise each batch's rows are read from the shards: one HDF5
+read per field and shard (the union of the batch's row ranges as one hyperslab selection).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ ATOM_FIELDS = ("positions", "numbers", "forces")
 EDGE_FIELDS = ("edge_index", "unit_shifts")  # edge_index is [2, edges]: rows along axis 1
 GRAPH_FIELDS = ("cell", "pbc", "energy", "stress", "has_stress")
 STORED = (*ATOM_FIELDS, *EDGE_FIELDS, *GRAPH_FIELDS)
-MEMORY_BYTES_PER_EDGE = 24  # derived shifts (3 floats) held beside the stored arrays
+MEMORY_BYTES_PER_EDGE = 26  # derived: shifts (3 float64), ~2 for the atoms' (edges/atoms > 20)
 SLICE_ROWS = 200  # mean rows per graph from which slicing ranges beats gathering rows
 RANGE_READ_ROWS = 4  # mean rows per range from which a chunked dataset is read range by range
 _AXIS = {"edge_index": 1}
@@ -50,20 +50,13 @@ class RowRanges:
         else:
             self.index = starts if counts is None else ranges_index(starts, counts)
 
-    def take(self, array: np.ndarray, axis: int = 0, dtype: np.dtype | None = None,
-             add: np.ndarray | None = None) -> np.ndarray:
-        """The rows along `axis` (0 or 1), concatenated, in `dtype`, plus `add[i]` on the
-        rows of range i if given."""
+    def take(self, array: np.ndarray, axis: int = 0) -> np.ndarray:
+        """The rows along `axis` (0 or 1), concatenated."""
         if self.sliced:
             parts = [array[a:b] for a, b in self.bounds] if axis == 0 else \
                 [array[:, a:b] for a, b in self.bounds]
-            rows = np.concatenate(parts, axis=axis, dtype=dtype)
-        else:
-            rows = array.take(self.index, axis=axis)
-            rows = rows if dtype is None else rows.astype(dtype, copy=False)
-        if add is not None:  # one add over the whole batch: faster than per range with a cast
-            rows += np.repeat(add, self.counts)
-        return rows
+            return np.concatenate(parts, axis=axis)
+        return array.take(self.index, axis=axis)
 
 
 def memory_budget(cpus_per_rank: int) -> int:
@@ -81,14 +74,16 @@ def memory_budget(cpus_per_rank: int) -> int:
 
 class StoreArrays:
     """Per-field rows of any graphs of `store`, in memory or read per batch (module docstring).
-    In memory, derived fields (`add_field`) are gathered like stored ones."""
+    In memory, `fields` holds every stored field of every graph and `starts` each graph's first
+    atom and edge row; callers keep arrays computed from them in `derived`."""
 
     def __init__(self, store: GraphStore, budget: int):
         self.files = list(store.files)
         self.num_atoms, self.num_edges = store.num_atoms, store.num_edges
         self.kind = {**dict.fromkeys(ATOM_FIELDS, "atoms"), **dict.fromkeys(EDGE_FIELDS, "edges"),
                      **dict.fromkeys(GRAPH_FIELDS, "graphs")}
-        self.lock = threading.Lock()  # for add_field's callers
+        self.lock = threading.Lock()  # for the callers that fill `derived`
+        self.derived: dict[str, dict[str, np.ndarray]] = {}  # arrays computed from `fields`
         self._handles: dict[int, h5py.File] = {}
         self._pid, self._file_lock = os.getpid(), threading.Lock()
         self._offsets: dict[str, list[np.ndarray]] = {"atoms": [], "edges": [], "graphs": []}
@@ -105,8 +100,8 @@ class StoreArrays:
         self.fields: dict[str, np.ndarray] = {}
         if self.in_memory:
             self.fields = {k: self._load(k) for k in STORED}
-            self._starts = {"atoms": np.cumsum(self.num_atoms) - self.num_atoms,
-                            "edges": np.cumsum(self.num_edges) - self.num_edges}
+            self.starts = {"atoms": np.cumsum(self.num_atoms) - self.num_atoms,
+                           "edges": np.cumsum(self.num_edges) - self.num_edges}
             self.close()
 
     def _load(self, name: str) -> np.ndarray:
@@ -124,11 +119,6 @@ class StoreArrays:
                                   + (slice(start, start + d.shape[axis]),))
             start += d.shape[axis]
         return out
-
-    def add_field(self, name: str, kind: str, array: np.ndarray) -> None:
-        """Hold a derived per-`kind` ("atoms", "edges", "graphs") array of every graph."""
-        self.kind[name] = kind
-        self.fields[name] = array
 
     def _file(self, shard: int) -> h5py.File:
         if os.getpid() != self._pid:  # forked worker: never reuse the parent's handles or lock
@@ -152,37 +142,25 @@ class StoreArrays:
         self.__dict__.update(state, _handles={}, _file_lock=threading.Lock(),
                              lock=threading.Lock())
 
-    def rows(self, graphs: np.ndarray, names: tuple[str, ...], dtypes: dict[str, np.dtype],
-             add: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Fields `names` of store graphs `graphs` (repeats allowed), in that order, in
-        `dtypes` where given, plus `add[name][i]` on graph i's rows where given. From disk,
-        only stored fields can be asked for."""
-        counts = {"atoms": self.num_atoms[graphs], "edges": self.num_edges[graphs]}
-        if self.in_memory:
-            ranges = {kind: RowRanges(self._starts[kind][graphs], c) for kind, c in counts.items()}
-            ranges["graphs"] = RowRanges(graphs)
-            return {k: ranges[self.kind[k]].take(self.fields[k], _AXIS.get(k, 0), dtypes.get(k),
-                                                 add.get(k)) for k in names}
-        counts["graphs"] = np.ones(len(graphs), np.int64)
+    def rows(self, graphs: np.ndarray, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """Stored fields `names` of store graphs `graphs` (repeats allowed), in that order, read
+        from the shards (one read per field and shard)."""
+        counts = {"atoms": self.num_atoms[graphs], "edges": self.num_edges[graphs],
+                  "graphs": np.ones(len(graphs), np.int64)}
         shard = np.searchsorted(self._graph_starts, graphs, side="right") - 1
         if (shard == shard[0]).all():
-            rows = self._read_shard(int(shard[0]), graphs - self._graph_starts[shard[0]], names)
-        else:  # per shard, then from shard order (graphs `order`) back to batch order
-            order = np.argsort(shard, kind="stable")
-            parts = [self._read_shard(int(s), graphs[order[shard[order] == s]]
-                                      - self._graph_starts[s], names) for s in np.unique(shard)]
-            back = np.empty_like(order)
-            back[order] = np.arange(len(order))
-            ranges = {kind: RowRanges((np.cumsum(c[order]) - c[order])[back], c)
-                      for kind, c in counts.items()}
-            rows = {k: ranges[self.kind[k]].take(
-                np.concatenate([p[k] for p in parts], axis=_AXIS.get(k, 0)), _AXIS.get(k, 0))
-                for k in names}
-        for k, v in rows.items():
-            rows[k] = v if k not in dtypes else v.astype(dtypes[k], copy=False)
-            if k in add:
-                rows[k] += np.repeat(add[k], counts[self.kind[k]])
-        return rows
+            return self._read_shard(int(shard[0]), graphs - self._graph_starts[shard[0]], names)
+        # per shard, then from shard order (graphs `order`) back to batch order
+        order = np.argsort(shard, kind="stable")
+        parts = [self._read_shard(int(s), graphs[order[shard[order] == s]]
+                                  - self._graph_starts[s], names) for s in np.unique(shard)]
+        back = np.empty_like(order)
+        back[order] = np.arange(len(order))
+        ranges = {kind: RowRanges((np.cumsum(c[order]) - c[order])[back], c)
+                  for kind, c in counts.items()}
+        return {k: ranges[self.kind[k]].take(
+            np.concatenate([p[k] for p in parts], axis=_AXIS.get(k, 0)), _AXIS.get(k, 0))
+            for k in names}
 
     def _read_shard(self, shard: int, local: np.ndarray, names: tuple[str, ...]
                     ) -> dict[str, np.ndarray]:
