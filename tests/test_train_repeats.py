@@ -100,13 +100,13 @@ def test_the_command_must_be_train_with_an_output(tmp_path):
     assert folder == tmp_path and command == ["train", "--output", str(tmp_path / "rep2"), "--x"]
 
 
-def cell(data, out: Path) -> subprocess.CompletedProcess:
+def cell(data, out: Path, *settings: str) -> subprocess.CompletedProcess:
     """`cfmtrain cell` of 2 tiny repeats on one rank, as the rule train_cell runs it."""
     argv = [sys.executable, "-m", "cfmtrain", "cell", "--repeats", "2", "--ranks", "1",
             "--threads", "1", "--max-wall-cpu-ratio", "1.15", "--", "train", "--graphs",
             str(data[0]), "--split", str(data[1]), "--output", str(out), "--variant", "both",
             "--resume", "auto"]
-    for setting in COMMON:
+    for setting in (*COMMON, *settings):
         argv += ["--set", setting]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
@@ -145,3 +145,16 @@ def test_cell_of_two_repeats_end_to_end_and_rerun(data, tmp_path):
     after = [(out / f"rep{k}" / "steps.csv").stat().st_mtime_ns for k in (1, 2)]
     assert all(a > b for a, b in zip(after, before, strict=True))
     assert json.loads((out / "summary.json").read_text())["repeats"][0]["repeat"] == 1
+
+
+def test_a_repeat_stopped_part_way_fails_the_cell_and_continues_in_the_next(data, tmp_path):
+    out = tmp_path / "cell"
+    result = cell(data, out, "max_steps=3")  # repeat 1 stops with a checkpoint, exit 0
+    assert result.returncode == 1, result.stderr
+    assert f"repeat 1 ({out / 'rep1'}) did not finish (exit 0)" in result.stderr
+    assert not (out / "summary.json").exists() and not (out / "rep2").exists()
+    result = cell(data, out, "max_steps=0")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("resuming at epoch 0, step 3 of the epoch") == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["repeat"] for r in summary["repeats"]] == [1, 2]
