@@ -131,7 +131,7 @@ def test_skewed_cell_is_stored_exactly_with_int16_shifts(tmp_path):
     # the loader's arrays (int8 and int16 shards together), in memory and from disk
     for budget in (2**40, 0):
         arrays = StoreArrays(store, budget)
-        rows = arrays.rows(np.array([2, 4]), ("unit_shifts", "edge_index"), {}, {})
+        rows = arrays.rows(np.array([2, 4]), ("unit_shifts", "edge_index"))
         np.testing.assert_array_equal(
             rows["unit_shifts"], np.concatenate([store[2]["unit_shifts"], store[4]["unit_shifts"]]))
         arrays.close()
@@ -203,7 +203,7 @@ def read_everything(path) -> None:
     for budget in (2**40, 0):
         StoreArrays(store, budget).rows(everything, ("positions", "numbers", "forces",
                                                      "edge_index", "unit_shifts", "cell", "pbc",
-                                                     "energy", "stress", "has_stress"), {}, {})
+                                                     "energy", "stress", "has_stress"))
 
 
 @pytest.mark.parametrize("target", ["positions", "forces", "numbers", "edge_index", "unit_shifts",
@@ -239,7 +239,7 @@ def test_corruption_read_later_names_shard_and_graph(tmp_path):
     with pytest.raises(ShardError, match=re.escape(str(path)) + ": data failing its"):
         StoreArrays(store, 2**40)
     with pytest.raises(ShardError, match=re.escape(str(path)) + ": data failing its"):
-        StoreArrays(store, 0).rows(np.array([2]), ("forces",), {}, {})
+        StoreArrays(store, 0).rows(np.array([2]), ("forces",))
 
 
 # ---------------------------------------------------------------- edge indices
