@@ -3,7 +3,9 @@ known coefficients; validation and the CLI on fixture runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -11,12 +13,13 @@ import pytest
 from run_fixtures import write_run, write_store
 
 from cfmtrain.simulate.allreduce import Network, ring_allreduce_s, tree_allreduce_s
+from cfmtrain.simulate.cli import kernels_of, verdict
 from cfmtrain.simulate.costmodel import CostModel, fit_cost_model
 from cfmtrain.simulate.runs import load_runs
 from cfmtrain.simulate.schedule import bins_schedule, fixed_count_schedule
 from cfmtrain.simulate.simulator import scaling_table, simulate_epoch
 from cfmtrain.simulate.sizes import Sizes, table3_mixture
-from cfmtrain.simulate.validate import cross_validate, fit_variants
+from cfmtrain.simulate.validate import cross_validate
 
 
 def sizes_of(atoms, edges) -> Sizes:
@@ -77,38 +80,128 @@ def test_fixed_count_matches_torch_distributed_sampler():
     del torch
 
 
-def test_cost_model_recovers_known_coefficients(tmp_path):
-    folder = write_run(tmp_path, "d", "baseline", 2, cost=(0.05, 2e-3, 1e-4), noise=0.01,
-                       steps_per_epoch=40, optim_s=0.01)
-    steps = load_runs([folder])[0].steps()
-    model = fit_cost_model(steps, "baseline")
-    assert model.intercept_s == pytest.approx(0.05, rel=0.2)
-    assert model.per_atom_s == pytest.approx(2e-3, rel=0.05)
-    assert model.per_edge_s == pytest.approx(1e-4, rel=0.1)
-    assert model.data_wait_s == pytest.approx(0.002)
-    assert model.r2 > 0.99 and model.mean_rel_error < 0.02
+LAW = (0.05, 2e-3, 1e-4)  # the fixture runs' cost: c0, per atom, per edge
 
 
-def test_cost_model_rejects_bad_logs():
-    frame = pd.DataFrame({"atoms": [1, 2, 3], "edges": [1, 2, 3], "data_s": 0.0, "optim_s": 0.0,
-                          "compute_s": [1.0, float("nan"), 2.0]})
-    with pytest.raises(ValueError, match="non-finite"):
-        fit_cost_model(frame, "x")
-    with pytest.raises(ValueError, match="lacks columns"):
+def calibration_points(law=LAW, noise=0.0, seed=0, sizes=(64, 128, 256, 512, 1024, 2048, 3072)
+                       ) -> pd.DataFrame:
+    """Calibration rows of sparse (10 edges/atom) and dense (35) batches timed under `law`
+    with multiplicative Gaussian noise of relative size `noise`."""
+    rng = np.random.default_rng(seed)
+    atoms = np.array([a for a in sizes for _ in (0, 1)], float)
+    edges = np.rint(atoms * np.tile([10.0, 35.0], len(sizes)))
+    true = law[0] + law[1] * atoms + law[2] * edges
+    return pd.DataFrame({"atoms": atoms, "edges": edges, "status": "ok",
+                         "step_s": true * (1 + noise * rng.standard_normal(len(true)))})
+
+
+def test_fit_recovers_a_known_cost_law():
+    model = fit_cost_model(calibration_points(noise=0.01), "baseline")
+    assert model.intercept_s == pytest.approx(LAW[0], rel=0.1)
+    assert model.per_atom_s == pytest.approx(LAW[1], rel=0.05)
+    assert model.per_edge_s == pytest.approx(LAW[2], rel=0.1)
+    assert model.r2 > 0.99 and model.mean_rel_error < 0.02 and model.dof == 11
+    exact = fit_cost_model(calibration_points(), "baseline")
+    assert exact.coefficients == pytest.approx(np.array(LAW), rel=1e-6)
+    assert np.allclose(exact.covariance, 0.0, atol=1e-12)  # no residual, no spread
+
+
+def test_cost_model_rejects_bad_points():
+    frame = calibration_points()
+    with pytest.raises(ValueError, match="finite and > 0"):
+        fit_cost_model(frame.assign(step_s=frame.step_s.where(frame.atoms != 512)), "x")
+    with pytest.raises(ValueError, match="lack columns"):
         fit_cost_model(frame.drop(columns="edges"), "x")
+    with pytest.raises(ValueError, match="need at least 4"):
+        fit_cost_model(frame.head(3), "x")
 
 
-def test_cross_validation_exact_model(tmp_path):
-    # Noise-free linear costs: a model fitted on 1 rank predicts 2 ranks' work exactly.
+def test_weak_fit_is_refused_with_the_reason():
+    rng = np.random.default_rng(3)
+    noise = calibration_points().assign(step_s=rng.uniform(0.5, 1.5, 14))  # no size law at all
+    model = fit_cost_model(noise, "baseline")
+    assert model.r2 < 0.5
+    validation = pd.DataFrame({"variant": ["baseline"], "validated_on": ["d/r2"],
+                               "epoch_rel_error": [0.05]})
+    judged = verdict(model, validation, min_r2=0.95, max_error=0.15)
+    assert not judged["supported"]
+    assert judged["unsupported_reason"] == f"calibration fit R² {model.r2:.3f} < 0.95"
+    good = fit_cost_model(calibration_points(noise=0.01), "baseline")
+    assert verdict(good, validation, 0.95, 0.15)["supported"]
+    off = validation.assign(epoch_rel_error=[-0.3])
+    judged = verdict(good, off, 0.95, 0.15)
+    assert not judged["supported"] and judged["worst_validation_error"] == pytest.approx(0.3)
+    assert "worst cell epoch-time error 30.0% (d/r2) > 15%" in judged["unsupported_reason"]
+
+
+def epoch_of(law, schedule) -> float:
+    """An epoch's seconds under a known law (no all-reduce): the slowest rank of each step."""
+    times = law[0] + law[1] * schedule.atoms + law[2] * schedule.edges
+    return float(np.where(schedule.graphs > 0, times, 0.0).max(axis=1).sum())
+
+
+def test_band_contains_the_truth():
+    rng = np.random.default_rng(0)
+    atoms = rng.integers(5, 400, 3000)
+    sizes = sizes_of(atoms, atoms * rng.integers(10, 35, 3000))
+    schedule = fixed_count_schedule(sizes, 4, 8)
+    truth = epoch_of(LAW, schedule)
+    net = Network(alpha_s=0.0, beta_bytes_per_s=1e12)
+    inside, widths = 0, []
+    for seed in range(200):
+        model = fit_cost_model(calibration_points(noise=0.05, seed=seed), "v")
+        est = simulate_epoch(schedule, model, net, 0.0)
+        assert est.epoch_s_low <= est.epoch_s <= est.epoch_s_high
+        inside += est.epoch_s_low <= truth <= est.epoch_s_high
+        widths.append((est.epoch_s_high - est.epoch_s_low) / truth)
+    assert inside >= 180  # a 95% band: at least 90% of 200 fits contain the true epoch time
+    assert 0.005 < np.median(widths) < 0.2  # and it is a band, not everything
+    model = fit_cost_model(calibration_points(noise=0.05, seed=1), "v")
+    model.model_error = 0.1  # the error seen on measured cells widens it by that much
+    wide = simulate_epoch(schedule, model, net, 0.0)
+    model.model_error = 0.0
+    narrow = simulate_epoch(schedule, model, net, 0.0)
+    assert wide.epoch_s_low == pytest.approx(narrow.epoch_s_low * 0.9)
+    assert wide.epoch_s_high == pytest.approx(narrow.epoch_s_high * 1.1)
+
+
+def test_accelerator_cost_is_flat_below_saturation():
+    cpu = CostModel("v", intercept_s=0.05, per_atom_s=2e-3, per_edge_s=1e-4)
+    gpu = dataclasses.replace(cpu, saturation_atoms=800)
+    atoms = np.array([1, 10, 100, 400, 799, 800])
+    flat = gpu.compute_s(atoms, atoms * 30)
+    assert np.allclose(flat, cpu.compute_s(800, 800 * 30))  # below 800: the cost of 800
+    assert np.all(np.diff(cpu.compute_s(atoms, atoms * 30)) > 0)  # the CPU case is not flat
+    above = np.array([801, 1600, 3200])
+    assert np.allclose(gpu.compute_s(above, above * 30), cpu.compute_s(above, above * 30))
+    # a small batch keeps its edges per atom when scaled up to the saturation size
+    assert gpu.compute_s(100, 100 * 10) == pytest.approx(cpu.compute_s(800, 800 * 10))
+
+
+def test_variants_map_to_their_compute_paths():
+    assert {v: kernels_of(v) for v in ("baseline", "balancer", "matched", "kernel", "both")} \
+        == {"baseline": "mace", "balancer": "mace", "matched": "mace", "kernel": "fused",
+            "both": "fused"}
+
+
+def test_validation_predicts_cells_from_the_calibration(tmp_path):
+    # The cells run the calibrated law exactly: every cell's work is predicted exactly, and the
+    # 2-rank epoch too with the fixture's 0.01 s all-reduce = the ring's 2(R-1)alpha, alpha 0.005.
     runs = load_runs([write_run(tmp_path, "d", "baseline", r, seed=r) for r in (1, 2)])
-    table = cross_validate(runs, Network(alpha_s=0.005, beta_bytes_per_s=1e12), 0.0)
-    assert set(table.fit_on) == {"d/r1", "d/r2"}
-    assert np.allclose(table.work_rel_error, 0.0, atol=1e-6)
-    assert np.allclose(table.step_mean_abs_rel_error, 0.0, atol=1e-6)
-    r2 = table[table.validated_on == "d/r2"].iloc[0]
-    # Fixture all-reduce 0.01 s per step = the ring's 2(R-1)alpha with alpha 0.005.
-    assert r2.epoch_rel_error == pytest.approx(0.0, abs=1e-6)
-    assert set(fit_variants(runs)) == {"baseline"}
+    laws = {"mace": fit_cost_model(calibration_points(), "mace")}
+    table = cross_validate(laws, runs, kernels_of, Network(alpha_s=0.005, beta_bytes_per_s=1e12),
+                           0.0)
+    assert table.validated_on.tolist() == ["d/r1", "d/r2"]
+    assert table.data_wait_from.tolist() == ["d/r2", "d/r1"]  # cross-rank
+    assert np.allclose(table.work_rel_error, 0.0, atol=1e-9)
+    assert np.allclose(table.epoch_rel_error, 0.0, atol=1e-9)
+    slower = load_runs([write_run(tmp_path / "slow", "d", "baseline", 1, cost=(0.05, 3e-3,
+                                                                               1e-4))])
+    off = cross_validate(laws, slower, kernels_of, Network(), 0.0)
+    assert off.epoch_rel_error.iloc[0] < -0.1  # a cell slower than the calibration: seen
+    with pytest.raises(ValueError, match="no calibration of its compute path 'fused'"):
+        cross_validate(laws, load_runs([write_run(tmp_path, "d", "both", 1)]), kernels_of,
+                       Network(), 0.0)
 
 
 def test_scaling_table_balanced_beats_fixed_count():
@@ -162,30 +255,89 @@ def run_command(module, argv: list[str]) -> int:
     return module.run(parser.parse_args(argv))
 
 
-def test_cli_writes_tables(tmp_path):
+def simulate(tmp_path, calibration: pd.DataFrame, *extra: str) -> Path:
+    """`cfmtrain simulate` on fixture cells (baseline, kernel, both at 1 and 2 ranks, run under
+    LAW and a fused law) and `calibration`; returns the output folder."""
     from cfmtrain.simulate import cli
 
     store = write_store(tmp_path / "graphs")
+    fused = (0.04, 1e-3, 5e-5)
     runs = [write_run(tmp_path, "d", v, r, seed=r, cost=cost)
-            for v, cost in (("baseline", (0.05, 2e-3, 1e-4)), ("kernel", (0.04, 1e-3, 5e-5)),
-                            ("both", (0.04, 1e-3, 5e-5)))
-            for r in (1, 2)]
+            for v, cost in (("baseline", LAW), ("kernel", fused), ("both", fused)) for r in (1, 2)]
+    path = tmp_path / "calibration.csv"
+    calibration.to_csv(path, index=False)
     out = tmp_path / "sim"
-    code = run_command(cli, ["--runs", *map(str, runs), "--graphs", str(store),
-                 "--total-graphs", "20000", "--ranks", "1", "2", "16", "--weak", "0.5:2", "1:4",
-                 "--capacity", "600", "--validation-parameters", "1000",
-                 "--output-dir", str(out)])
+    code = run_command(cli, ["--runs", *map(str, runs), "--calibration", str(path),
+                             "--graphs", str(store), "--total-graphs", "20000",
+                             "--ranks", "1", "2", "16", "64", "740", "--weak", "0.5:2", "1:4",
+                             "--capacity", "600", "--validation-parameters", "1000",
+                             "--validation-alpha", "0.005", "--validation-beta", "1e12",
+                             "--output-dir", str(out), *extra])
     assert code == 0
+    return out
+
+
+def two_paths(mace: pd.DataFrame, fused: pd.DataFrame) -> pd.DataFrame:
+    return pd.concat([mace.assign(kernels="mace"), fused.assign(kernels="fused")])
+
+
+def test_cli_writes_tables_with_bands_and_cases(tmp_path):
+    calibration = two_paths(calibration_points(noise=0.02, seed=1),
+                            calibration_points((0.04, 1e-3, 5e-5), noise=0.02, seed=2))
+    out = simulate(tmp_path, calibration)
     strong = pd.read_csv(out / "strong.csv").set_index(["variant", "ranks"])
-    assert set(strong.index) == {(v, r) for v in ("baseline", "kernel", "both") for r in (1, 2, 16)}
-    assert (strong.epoch_s > 0).all()
+    ranks = (1, 2, 16, 64, 740)
+    assert set(strong.index) == {(v, r) for v in ("baseline", "kernel", "both") for r in ranks}
+    assert (strong.epoch_s > 0).all() and strong.supported.all()
+    assert (strong.unsupported_reason.isna()).all() and set(strong["case"]) == {"CPU (measured)"}
+    assert ((strong.epoch_s_low < strong.epoch_s) & (strong.epoch_s < strong.epoch_s_high)).all()
     # Same cost model: Algorithm 1 bins balance the ranks better than the fixed count.
     assert strong.loc[("both", 16), "balance"] > strong.loc[("kernel", 16), "balance"]
+    accel = pd.read_csv(out / "strong_accelerator.csv").set_index(["variant", "ranks"])
+    assert set(accel["case"]) == {"accelerator (assumed)"}
+    # flat below 800 atoms: no batch costs less than on the CPU, most cost more
+    assert (accel.epoch_s >= strong.epoch_s).all()
+    assert accel.loc[("baseline", 1), "epoch_s"] > 1.1 * strong.loc[("baseline", 1), "epoch_s"]
     assert len(pd.read_csv(out / "weak.csv")) == 6
-    assert len(pd.read_csv(out / "strategies.csv")) == 6
+    assert len(pd.read_csv(out / "weak_accelerator.csv")) == 6
+    assert len(pd.read_csv(out / "strategies.csv")) == 10
     validation = pd.read_csv(out / "validation.csv")
-    assert len(validation) == 6 and (validation.work_rel_error.abs() < 1e-6).all()
-    text = (out / "paper.md").read_text()
-    assert "740" in text and "Assumptions" in text
+    assert len(validation) == 6 and (validation.work_rel_error.abs() < 0.05).all()
     fits = pd.read_csv(out / "fit.csv").set_index("variant")
-    assert fits.loc["kernel", "per_atom_s"] == pytest.approx(1e-3, rel=1e-3)
+    assert fits.loc["kernel", "kernels"] == "fused" and fits.loc["baseline", "kernels"] == "mace"
+    assert fits.loc["kernel", "per_atom_s"] == pytest.approx(1e-3, rel=0.1)
+    assert fits.supported.all() and (fits.r2 > 0.99).all()
+    text = (out / "paper.md").read_text()
+    assert "## CPU (measured)" in text and "## Accelerator (assumed)" in text
+    row = next(line for line in text.splitlines() if "speedup at 740 ranks" in line)
+    speedup = strong.loc[("baseline", 740), "epoch_s"] / strong.loc[("both", 740), "epoch_s"]
+    low, high = (strong.loc[("baseline", 740), "epoch_s_low"] / strong.loc[("both", 740),
+                 "epoch_s_high"], strong.loc[("baseline", 740), "epoch_s_high"]
+                 / strong.loc[("both", 740), "epoch_s_low"])
+    assert row == f"| speedup at 740 ranks (x) | 6 | {speedup:.3g} | {low:.3g} – {high:.3g} |"
+    assert "Unsupported" not in text and "Assumptions" in text
+
+
+def test_cli_refuses_a_weak_fit_in_tables_and_paper(tmp_path):
+    rng = np.random.default_rng(5)
+    mace = calibration_points()
+    mace = mace.assign(step_s=rng.uniform(0.5, 1.5, len(mace)))  # noise: no size law
+    out = simulate(tmp_path, two_paths(mace, calibration_points((0.04, 1e-3, 5e-5))))
+    strong = pd.read_csv(out / "strong.csv")
+    base = strong[strong.variant == "baseline"]
+    assert not base.supported.any()
+    assert base.unsupported_reason.str.startswith("calibration fit R² ").all()
+    assert strong[strong.variant == "both"].supported.all()
+    text = (out / "paper.md").read_text()
+    assert text.count("**Unsupported: fit too weak.**") == 2  # the CPU and accelerator cases
+    assert "baseline: calibration fit R² " in text
+    assert "speedup at 740" not in text  # no headline speed-up from a weak fit
+
+
+def test_cli_names_a_bad_calibration(tmp_path):
+    with pytest.raises(ValueError, match=r"calibration.csv: not a calibration table, missing "
+                                         r"columns \['kernels'\]"):
+        simulate(tmp_path, calibration_points())
+    failed = two_paths(calibration_points(), calibration_points()).assign(status="oom")
+    with pytest.raises(ValueError, match=r"calibration.csv: no timed point"):
+        simulate(tmp_path, failed)

@@ -102,3 +102,53 @@ def test_capacity_sweep_and_recommendation(store, monkeypatch):
     data = json.loads(rec.read_text())
     assert data["recommended_capacity"] in (108, 216) and data["lower_bound"] == 108
     assert (store / "capacity.md").read_text().startswith("# Recommended bin capacity")
+
+
+def test_calibration_batches_vary_atoms_and_edges_apart():
+    from cfmtrain.sweep.calibrate import calibration_batches
+
+    rng = np.random.default_rng(0)
+    atoms = rng.integers(3, 120, 400)
+    density = np.where(np.arange(400) % 2 == 0, 8.0, 40.0)  # half sparse, half dense graphs
+    edges = np.rint(atoms * density).astype(np.int64)
+    train = np.arange(0, 400, 1)
+    batches, labels = calibration_batches(atoms, edges, train, [64, 512, 2048], seed=1)
+    frame = pd.DataFrame(labels)
+    assert frame.pool.tolist() == ["sparse"] * 3 + ["dense"] * 3
+    for batch, label in zip(batches, labels, strict=True):
+        assert label["atoms"] == atoms[batch].sum() <= label["target_atoms"]
+        assert label["atoms"] >= 0.9 * label["target_atoms"]  # filled, not a token batch
+        assert label["edges"] == edges[batch].sum() and len(set(batch)) == len(batch)
+        want = 8.0 if label["pool"] == "sparse" else 40.0
+        assert np.all(density[batch] == want)
+    assert set(np.concatenate(batches)) <= set(train)
+    with pytest.raises(ValueError, match="only 2 batches"):
+        calibration_batches(atoms, edges, train, [64], seed=1)
+
+
+@pytest.mark.slow
+def test_calibration_times_both_compute_paths(store):
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    out = store / "calibration.csv"
+    tiny = [f"--set={o}" for o in TINY]
+    args = parser.parse_args(["calibrate", "--graphs", str(store / "graphs"), "--split",
+                              str(store / "split.npz"), "--output", str(out), *tiny,
+                              "--set", "threads=1"])
+    preset = {**cli.PRESETS["quick"], "calibration": [3, 108, 216], "calibration_repeats": 2}
+    cli.PRESETS["quick"], saved = preset, cli.PRESETS["quick"]
+    try:
+        assert cli.run(args) == 0
+    finally:
+        cli.PRESETS["quick"] = saved
+    frame = pd.read_csv(out)
+    assert set(frame.status) == {"ok"}, frame.to_string()
+    assert frame.groupby("kernels").variant.first().to_dict() == {"fused": "kernel",
+                                                                 "mace": "baseline"}
+    assert (frame.step_min_s <= frame.step_s).all() and (frame.step_s <= frame.step_max_s).all()
+    assert (frame.repeats >= 2).all() and (frame.step_s > 0).all()
+    assert set(frame.pool) == {"sparse", "dense"}
+    with pytest.raises(SystemExit, match="not --override/--dtypes"):
+        cli.run(parser.parse_args(["calibrate", "--graphs", str(store / "graphs"), "--split",
+                                   str(store / "split.npz"), "--output", str(out),
+                                   "--dtypes", "float64"]))

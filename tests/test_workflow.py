@@ -34,7 +34,7 @@ def test_lint():
 # the ~8-minute baseline check only in `ablation`
 ALL_RULES = {"frames", "graph_shard", "split", "stats_dataset", "balance_report", "bench_balance",
              "bench_graphs", "bench_kernels", "bench_loader", "train_cell", "sweep_batch",
-             "sweep_capacity",
+             "sweep_capacity", "sweep_calibrate",
              "simulate_scaling", "all"} | {f"figure_{name}" for name in (
                  "fig06_ablation", "fig07_strong_scaling", "fig08_speedup", "fig09_loss",
                  "fig10_weak_scaling", "fig11_batch_size", "fig11_capacity", "fig13_straggler",

@@ -20,7 +20,8 @@ def sweep_args(wildcards):
 
 
 # --- simulate.smk
-SIMULATE_TABLES = ("strong.csv", "weak.csv", "strategies.csv", "validation.csv", "fit.csv")
+SIMULATE_TABLES = ("strong.csv", "weak.csv", "strategies.csv", "validation.csv", "fit.csv",
+                   "strong_accelerator.csv", "weak_accelerator.csv")
 
 
 def simulate_targets():
@@ -41,6 +42,11 @@ def simulate_runs(wildcards):
     ]
 
 
+def simulate_calibration(wildcards):
+    """The step-time calibration of the trainset's cells' model (rule sweep_calibrate)."""
+    return f"results/sweep/{wildcards.trainset}/calibration_{config['sweep']['preset']}.csv"
+
+
 def simulate_args(wildcards):
     s, net = config["simulate"], config["simulate"]["network"]
     return command(
@@ -48,7 +54,9 @@ def simulate_args(wildcards):
         "--graphs-per-batch", s["graphs_per_batch"], "--capacity", s["capacity"],
         "--strategies", *s["strategies"], "--algorithm", net["algorithm"],
         "--alpha", net["alpha_s"], "--beta", net["beta_bytes_per_s"],
-        "--parameters", s["parameters"], "--floor-atoms", s["floor_atoms"], "--seed", s["seed"],
+        "--parameters", s["parameters"], "--saturation-atoms", s["saturation_atoms"],
+        "--min-r2", s["min_r2"], "--max-validation-error", s["max_validation_error"],
+        "--seed", s["seed"],
     )
 
 

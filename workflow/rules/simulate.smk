@@ -1,10 +1,13 @@
-# Simulation past one machine: cost models fitted on the measured runs of one data set, validated
-# across rank counts, driving per-epoch time at 1..740+ ranks; results/simulate/<dataset>/<dist>/.
+# Simulation past one machine: cost laws fitted on the calibration of the cells' model, the data
+# wait of the measured cells, each cell predicted (the data wait from its other rank counts),
+# driving per-epoch time at 1..740+ ranks in the CPU (measured) and accelerator (assumed) cases;
+# results/simulate/<dataset>/<dist>/.
 
 
 rule simulate_scaling:
     input:
         runs=simulate_runs,
+        calibration=simulate_calibration,
         shards=train_shards,
     output:
         tables=expand("results/simulate/{{trainset}}/{{distribution}}/{name}",
@@ -26,6 +29,6 @@ rule simulate_scaling:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain simulate --runs {input.runs:q} --graphs {params.graphs:q}"
-        " --distribution {wildcards.distribution:q} {params.args} --output-dir {params.out:q}"
+        "python -m cfmtrain simulate --runs {input.runs:q} --calibration {input.calibration:q}"
+        " --graphs {params.graphs:q} --distribution {wildcards.distribution:q} {params.args} --output-dir {params.out:q}"
         " > {log:q} 2>&1"

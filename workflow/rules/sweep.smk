@@ -49,3 +49,32 @@ rule sweep_capacity:
         "python -m cfmtrain sweep capacity --graphs {params.graphs:q} --split {input.split:q}"
         " --preset {wildcards.preset:q} {params.args} --output {output.csv:q}"
         " --recommendation {output.json:q} > {log:q} 2>&1"
+
+
+# The simulator's calibration: step time of the cells' own model (config train.settings) per
+# compute path over batch sizes; results/sweep/<trainset>/calibration_<preset>.csv.
+rule sweep_calibrate:
+    input:
+        shards=train_shards,
+        split=train_split,
+    output:
+        "results/sweep/{trainset}/calibration_{preset}.csv",
+    log:
+        "logs/sweep/{trainset}/calibration_{preset}.log",
+    benchmark:
+        "benchmarks/sweep/{trainset}/calibration_{preset}.tsv"
+    wildcard_constraints:
+        trainset=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    params:
+        graphs=train_graphs,
+        settings=train_settings,
+    # one rank's threads (the cells' train.settings.threads), timed alone like a cell
+    threads: TRAIN["settings"].get("threads") or workflow.cores
+    resources:
+        timing_slot=1,
+    conda:
+        "../../envs/cfmtrain.yaml"
+    shell:
+        "python -m cfmtrain sweep calibrate --graphs {params.graphs:q} --split {input.split:q}"
+        " --preset {wildcards.preset:q} {params.settings} --threads {threads:q}"
+        " --output {output:q} > {log:q} 2>&1"

@@ -8,29 +8,36 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from cfmtrain.atomic import atomic_path
 from cfmtrain.simulate import allreduce, paper, strategies
 from cfmtrain.simulate import sizes as sizes_mod
-from cfmtrain.simulate.costmodel import CostModel
+from cfmtrain.simulate.costmodel import BAND_LEVEL, CostModel, fit_cost_model
 from cfmtrain.simulate.runs import Run, load_runs
 from cfmtrain.simulate.simulator import scaling_table
-from cfmtrain.simulate.validate import cross_validate, fit_variants
+from cfmtrain.simulate.validate import cross_validate, variant_models
 
 DEFAULT_RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 740, 1024)
 # gloo all-reduce between 2 processes over loopback on this project's 2-core host (measured with
 # torchrun and 10 all-reduces per size, machine under load): ~6 ms at 4 B, ~7 ms at 4 MB,
-# ~107 ms at 40 MB. Used only to predict measured multi-rank runs from single-rank fits.
+# ~107 ms at 40 MB. Used only to predict measured multi-rank runs.
 LOCAL_ALPHA_S = 3e-3
 LOCAL_BETA_BYTES_PER_S = 4e8
 FIXED = ("baseline", "kernel", "matched")  # variants batched by a fixed graph count
+# The paper's Figure 11 (A100, float32): time per step flat up to about 800 atoms.
+A100_SATURATION_ATOMS = 800
+CASES = {"cpu": "CPU (measured)", "accelerator": "accelerator (assumed)"}  # the `case` column
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `cfmtrain simulate`."""
     a = parser.add_argument
-    a("--runs", nargs="+", required=True, help="summary.json of measured training runs")
+    a("--runs", nargs="+", required=True,
+      help="summary.json of measured training cells (data wait; validation)")
+    a("--calibration", type=Path, required=True,
+      help="the step-time calibration (cfmtrain sweep calibrate) the cost laws are fitted on")
     a("--graphs", nargs="+", required=True,
       help="graph store folder(s): the data set's sizes and edges per atom of each subset")
     a("--distribution", choices=["table3", "dataset"], default="table3",
@@ -48,47 +55,128 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--beta", type=float, default=allreduce.SLINGSHOT_BETA_BYTES_PER_S, help="bytes/s")
     a("--parameters", type=float, default=allreduce.MACE_PAPER_PARAMETERS,
       help="model parameters all-reduced per step at the simulated scale (float32)")
-    a("--floor-atoms", type=float, default=0.0,
-      help="batches below this many atoms cost as much as this many (an accelerator's knee)")
+    a("--saturation-atoms", type=float, default=A100_SATURATION_ATOMS,
+      help="accelerator case: batches below this many atoms cost as much as this many")
+    a("--min-r2", type=float, default=0.95, help="a weaker calibration fit is unsupported")
+    a("--max-validation-error", type=float, default=0.15,
+      help="a variant whose worst predicted cell epoch time is off by more is unsupported")
     a("--validation-parameters", type=float,
       help="parameters of the measured runs' model (default: counted from each run's config)")
     a("--validation-alpha", type=float, default=LOCAL_ALPHA_S)
     a("--validation-beta", type=float, default=LOCAL_BETA_BYTES_PER_S)
-    a("--skip-steps", type=int, default=1, help="warm-up steps dropped from every run")
     a("--seed", type=int, default=0)
     a("--output-dir", type=Path, required=True)
 
 
 def run(args: argparse.Namespace) -> int:
     """Write costmodels.json, fit.csv, validation.csv, strong.csv, weak.csv, strategies.csv
-    and paper.md under --output-dir."""
+    (the CPU case), strong_accelerator.csv, weak_accelerator.csv and paper.md."""
     runs = load_runs(args.runs)
-    models = fit_variants(runs, args.skip_steps)
-    for model in models.values():
-        model.floor_atoms = args.floor_atoms
-    out = args.output_dir
-    _write_json(out / "costmodels.json", {v: dataclasses.asdict(m) for v, m in models.items()})
-    _write_csv(out / "fit.csv", pd.DataFrame([_fit_row(m) for m in models.values()]))
+    laws = fit_laws(read_calibration(args.calibration), str(args.calibration))
     local = allreduce.Network(args.validation_alpha, args.validation_beta, args.algorithm)
     grad_local = (args.validation_parameters * allreduce.FLOAT32_BYTES
                   if args.validation_parameters else gradient_bytes_of(runs))
-    validation = cross_validate(runs, local, grad_local, args.skip_steps)
+    validation = cross_validate(laws, runs, kernels_of, local, grad_local)
+    models = variant_models(laws, runs, kernels_of)
+    verdicts = {v: verdict(m, validation, args.min_r2, args.max_validation_error)
+                for v, m in models.items()}
+    for variant, model in models.items():
+        model.model_error = verdicts[variant]["worst_validation_error"]
+    out = args.output_dir
+    _write_json(out / "costmodels.json", {v: dataclasses.asdict(m) for v, m in models.items()})
+    _write_csv(out / "fit.csv", pd.DataFrame([_fit_row(m, verdicts[v])
+                                              for v, m in models.items()]))
     _write_csv(out / "validation.csv", validation)
     full = _distribution(args)
     network = allreduce.Network(args.alpha, args.beta, args.algorithm)
     grad = args.parameters * allreduce.FLOAT32_BYTES
-    plans = variant_plans(models, args, full)
-    strong = scaling_table(full, plans, args.ranks, network, grad)
-    _write_csv(out / "strong.csv", strong.assign(strategy=strong.run.map(_strategy_names(args))))
-    _write_csv(out / "weak.csv", _weak(full, plans, args, network, grad))
-    _write_csv(out / "strategies.csv", scaling_table(
-        full, strategy_plans(models, args), args.ranks, network, grad))
-    table = paper.comparison(strong)
+    sections = []
+    for case, label in CASES.items():
+        cased = {v: dataclasses.replace(m, saturation_atoms=args.saturation_atoms
+                                        if case == "accelerator" else 0.0)
+                 for v, m in models.items()}
+        plans = variant_plans(cased, args, full)
+        suffix = "" if case == "cpu" else f"_{case}"
+        strong = _judged(scaling_table(full, plans, args.ranks, network, grad), verdicts, label)
+        _write_csv(out / f"strong{suffix}.csv",
+                   strong.assign(strategy=strong.run.map(_strategy_names(args))))
+        _write_csv(out / f"weak{suffix}.csv",
+                   _judged(_weak(full, plans, args, network, grad), verdicts, label))
+        if case == "cpu":
+            _write_csv(out / "strategies.csv", _judged(scaling_table(
+                full, strategy_plans(cased, args), args.ranks, network, grad), verdicts, label))
+        sections.append(paper.section(f"{label[0].upper()}{label[1:]}", strong))
+    text = paper.markdown(sections, assumptions(args, full, models, verdicts, validation))
     with atomic_path(out / "paper.md") as tmp:
-        tmp.write_text(paper.markdown(table, assumptions(args, full, models, validation)))
-    print(paper.markdown(table, []))
+        tmp.write_text(text)
+    print(text)
     print(validation.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0
+
+
+CALIBRATION_COLUMNS = ("kernels", "atoms", "edges", "step_s", "status")
+
+
+def read_calibration(path: Path) -> pd.DataFrame:
+    """The calibration's timed points (status ok); an unusable file is an error naming it."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (written by `cfmtrain sweep calibrate`)")
+    frame = pd.read_csv(path)
+    missing = [c for c in CALIBRATION_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: not a calibration table, missing columns {missing}")
+    ok = frame[frame.status == "ok"]
+    if ok.empty:
+        raise ValueError(f"{path}: no timed point (status ok); statuses "
+                         f"{sorted(set(frame.status.astype(str)))}")
+    return ok
+
+
+def fit_laws(points: pd.DataFrame, source: str) -> dict[str, CostModel]:
+    """One cost law per compute path (`kernels`) of the calibration."""
+    laws = {}
+    for kernels, group in points.groupby("kernels"):
+        try:
+            laws[str(kernels)] = fit_cost_model(group, str(kernels), [source])
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from None
+    return laws
+
+
+def kernels_of(variant: str) -> str:
+    """The compute path of a variant, as the calibration names it (cfmtrain.train decides)."""
+    from cfmtrain.train.config import TrainConfig
+
+    return "fused" if TrainConfig(variant=variant).fused else "mace"
+
+
+def verdict(model: CostModel, validation: pd.DataFrame, min_r2: float,
+            max_error: float) -> dict:
+    """Whether a variant's model supports extrapolation: its calibration fit's R² at least
+    `min_r2` and its worst cell epoch-time error at most `max_error`; else why not."""
+    rows = validation[validation.variant == model.variant]
+    reasons = []
+    if not model.r2 >= min_r2:
+        reasons.append(f"calibration fit R² {model.r2:.3f} < {min_r2:g}")
+    worst = float(rows.epoch_rel_error.abs().max()) if not rows.empty else float("nan")
+    if rows.empty:
+        reasons.append("no measured cell to validate on")
+    elif not worst <= max_error:
+        cell = rows.loc[rows.epoch_rel_error.abs().idxmax(), "validated_on"]
+        reasons.append(f"worst cell epoch-time error {100 * worst:.1f}% ({cell}) > "
+                       f"{100 * max_error:g}%")
+    return {"worst_validation_error": worst if np.isfinite(worst) else 0.0,
+            "supported": not reasons, "unsupported_reason": "; ".join(reasons)}
+
+
+def _judged(table: pd.DataFrame, verdicts: dict, case: str) -> pd.DataFrame:
+    """The table with the case and each row's variant's verdict."""
+    if table.empty:
+        return table
+    return table.assign(case=case,
+                        supported=table.variant.map(lambda v: verdicts[v]["supported"]),
+                        unsupported_reason=table.variant.map(
+                            lambda v: verdicts[v]["unsupported_reason"]))
 
 
 def variant_plans(models: dict[str, CostModel], args: argparse.Namespace,
@@ -177,34 +265,45 @@ def _count_parameters(run: Run) -> float:
     return float(sum(p.numel() for p in model.parameters() if p.requires_grad) * width)
 
 
-def _fit_row(model: CostModel) -> dict:
-    row = dataclasses.asdict(model)
+def _fit_row(model: CostModel, judged: dict) -> dict:
+    row = {**dataclasses.asdict(model), "kernels": kernels_of(model.variant), **judged}
     row["sources"] = " ".join(row["sources"])
+    row["covariance"] = json.dumps(row["covariance"])
     return row
 
 
-def assumptions(args, full, models, validation) -> list[str]:
+def assumptions(args: argparse.Namespace, full: sizes_mod.Sizes, models: dict[str, CostModel],
+                verdicts: dict, validation: pd.DataFrame) -> list[str]:
     """The stated assumptions of the simulation, for paper.md."""
-    fits = ", ".join(f"{v}: R² {m.r2:.3f}, mean rel. error {100 * m.mean_rel_error:.1f}%"
-                     for v, m in models.items())
-    worst = (f"{100 * validation.epoch_rel_error.abs().max():.1f}%" if not validation.empty
-             else "n/a (no variant measured at two rank counts)")
+    fits = ", ".join(
+        f"{v}: R² {m.r2:.3f}, mean rel. error {100 * m.mean_rel_error:.1f}% over {m.samples} "
+        f"points, worst cell epoch-time error {100 * verdicts[v]['worst_validation_error']:.1f}%"
+        for v, m in models.items())
+    contended = (validation.contended.sum() if "contended" in validation else 0)
     return [
         f"Size distribution: {full.description}; edges = atoms x measured edges per atom of "
         "each subset in the configured graph store.",
-        "Per-rank step time = mean measured data wait + c0 + c_atoms*atoms + c_edges*edges, "
-        f"fitted per variant on this machine's measured steps (CPU): {fits}. Absolute times are "
+        "Per-rank step time = mean measured data wait of the variant's cells + c0 + "
+        "c_atoms*atoms + c_edges*edges, the law of the variant's compute path (mace-torch's "
+        "modules or the fused kernels) fitted on this machine's calibration (median step time "
+        f"of batches of sparse and dense graphs, {args.calibration}; CPU): {fits}.",
+        f"Support: a variant is simulated only when its fit's R² >= {args.min_r2:g} and every "
+        f"cell of it is predicted within {100 * args.max_validation_error:g}% (validation.csv: "
+        "the law from the calibration, the data wait from the variant's cells at the other rank "
+        f"counts; {contended} of {len(validation)} cells flagged contended).",
+        f"Band (epoch_s_low/high): the fit's {100 * BAND_LEVEL:g}% confidence interval (delta "
+        "method on the coefficients' covariance, Student t), widened by the variant's worst cell "
+        "epoch-time error.",
+        "CPU case (measured): a batch's cost falls with its size down to c0. Absolute times are "
         "this machine's per-rank speed, not an A100's: compare ratios (speedup, efficiency).",
-        (f"Floor: batches under {args.floor_atoms:g} atoms cost as much as that many atoms."
-         if args.floor_atoms else "No floor: a batch's cost falls with its size down to c0 "
-         "(CPU-like; an accelerator saturates below some size, see --floor-atoms)."),
+        f"Accelerator case (assumed, not measured): a batch below {args.saturation_atoms:g} "
+        "atoms costs as much as that many (the flat part of the paper's Figure 11 on an A100), "
+        "above it the CPU law; strong_accelerator.csv, weak_accelerator.csv.",
         f"Step time = max over ranks + one {args.algorithm} all-reduce of {args.parameters:.3g} "
         f"float32 parameters (alpha {args.alpha:g} s, beta {args.beta:.3g} B/s; "
         "Slingshot-11-class public figures), no overlap with backward.",
         f"Batching: fixed count {args.graphs_per_batch} graphs per rank (DistributedSampler), "
         f"Algorithm 1 at capacity {args.capacity} atoms (cfmtrain.balance), bin k to rank k % R.",
-        f"Validation across rank counts (fit on one, predict the other): worst epoch-time error "
-        f"{worst} (validation.csv).",
         "No constant is fitted to the paper's numbers; they appear only in this table.",
     ]
 

@@ -1,64 +1,76 @@
-"""Per-batch step-time model of one variant: t = c0 + c_atoms·atoms + c_edges·edges, fitted by
-non-negative least squares to the per-step, per-rank compute times of measured training runs.
+"""Per-batch step-time model: t = c0 + c_atoms·atoms + c_edges·edges, fitted to the calibration's
+median step times (cfmtrain sweep calibrate) by non-negative least squares on relative errors,
+with the coefficients' covariance for an uncertainty band, and the accelerator assumption (a cost
+flat below a saturation size) as an option of the model.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
+import math
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 from scipy.optimize import nnls
 
-from cfmtrain.atomic import atomic_path
+BAND_LEVEL = 0.95  # two-sided confidence of the fit's band
 
 
 @dataclasses.dataclass
 class CostModel:
-    """Fitted step-time model of one variant, with its fit quality and provenance."""
+    """Fitted step-time model, with its fit quality, covariance and provenance."""
 
     variant: str
     intercept_s: float
     per_atom_s: float
     per_edge_s: float
     data_wait_s: float = 0.0  # mean measured data wait per step, added to every simulated step
-    floor_atoms: float = 0.0  # batches below this many atoms cost as much as this many (GPU knee)
+    # accelerator assumption: a batch below this many atoms costs as much as this many (0 = off)
+    saturation_atoms: float = 0.0
+    # covariance of (intercept_s, per_atom_s, per_edge_s); zero rows for coefficients at 0
+    covariance: list[list[float]] = dataclasses.field(
+        default_factory=lambda: np.zeros((3, 3)).tolist())
+    dof: int = 0  # residual degrees of freedom of the fit
+    model_error: float = 0.0  # relative error seen on measured cells: widens the band
     samples: int = 0
     r2: float = float("nan")
     mean_rel_error: float = float("nan")
     max_rel_error: float = float("nan")
     sources: list[str] = dataclasses.field(default_factory=list)
 
-    def compute_s(self, atoms: np.ndarray, edges: np.ndarray) -> np.ndarray:
-        """Predicted seconds of a rank's own work (forward, backward, optimiser) per batch."""
+    def features(self, atoms: np.ndarray, edges: np.ndarray) -> np.ndarray:
+        """(..., 3) design rows (1, atoms, edges), each batch below the saturation size scaled
+        up to it with its edges per atom (the accelerator assumption)."""
         atoms = np.asarray(atoms, dtype=np.float64)
         edges = np.asarray(edges, dtype=np.float64)
-        if self.floor_atoms > 0:
-            # Below the saturation point a GPU takes the same time: scale the batch up to the knee
-            # keeping its edges per atom.
-            scale = np.maximum(1.0, self.floor_atoms / np.maximum(atoms, 1.0))
+        if self.saturation_atoms > 0:
+            scale = np.maximum(1.0, self.saturation_atoms / np.maximum(atoms, 1.0))
             atoms, edges = atoms * scale, edges * scale
-        return self.intercept_s + self.per_atom_s * atoms + self.per_edge_s * edges
+        return np.stack([np.ones_like(atoms), atoms, edges], axis=-1)
+
+    @property
+    def coefficients(self) -> np.ndarray:
+        return np.array([self.intercept_s, self.per_atom_s, self.per_edge_s])
+
+    def compute_s(self, atoms: np.ndarray, edges: np.ndarray) -> np.ndarray:
+        """Predicted seconds of a rank's own work (forward, backward, optimiser) per batch."""
+        return self.features(atoms, edges) @ self.coefficients
 
     def step_s(self, atoms: np.ndarray, edges: np.ndarray) -> np.ndarray:
         """Predicted seconds of a rank's step: data wait plus compute."""
         return self.data_wait_s + self.compute_s(atoms, edges)
 
-    def to_json(self, path: str | Path) -> None:
-        """Write the model as JSON atomically."""
-        with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
-
-    @classmethod
-    def from_json(cls, path: str | Path) -> CostModel:
-        """Read a model written by `to_json`."""
-        data = json.loads(Path(path).read_text())
-        try:
-            return cls(**data)
-        except TypeError as err:
-            raise ValueError(f"{path}: not a cost model file ({err})") from None
+    def band(self, seconds: float, features: np.ndarray) -> tuple[float, float]:
+        """(low, high) of a prediction `seconds` whose compute part is `features` @ coefficients
+        (summed design rows): the fit's BAND_LEVEL confidence interval (delta method, Student t),
+        widened by the relative error seen on measured cells."""
+        if self.dof <= 0:
+            return 0.0, math.inf  # no residual to estimate the spread from
+        var = float(features @ np.asarray(self.covariance) @ features)
+        half = stats.t.ppf(0.5 + BAND_LEVEL / 2, self.dof) * math.sqrt(max(var, 0.0))
+        return (max(0.0, seconds - half) * (1 - self.model_error),
+                (seconds + half) * (1 + self.model_error))
 
 
 def fit_quality(measured: np.ndarray, predicted: np.ndarray) -> tuple[float, float, float]:
@@ -73,37 +85,37 @@ def fit_quality(measured: np.ndarray, predicted: np.ndarray) -> tuple[float, flo
     return float(r2), float(rel.mean()), float(rel.max())
 
 
-LOCAL_WORK = ("compute_s", "optim_s")  # a rank's own work in a step: forward+backward, optimiser
+def fit_cost_model(points: pd.DataFrame, variant: str, sources: list[str] = ()) -> CostModel:
+    """Fit median step times (`step_s`) against `atoms` and `edges` of the calibration batches.
 
-
-def local_work_s(steps: pd.DataFrame) -> np.ndarray:
-    """Seconds of each (step, rank) row's own work: compute plus optimiser step."""
-    return steps[list(LOCAL_WORK)].sum(axis=1, min_count=len(LOCAL_WORK)).to_numpy(np.float64)
-
-
-def fit_cost_model(steps: pd.DataFrame, variant: str, sources: list[str] = ()) -> CostModel:
-    """Fit each (step, rank) row's own work (compute_s + optim_s) against its atoms and edges.
-
-    Non-negative coefficients: more atoms or edges never make a batch faster. The mean of data_s
-    (time waiting for the batch) becomes the model's per-step data wait.
+    Non-negative coefficients (more atoms or edges never make a batch faster), least squares on
+    relative residuals (weights 1/t: small and large batches count alike). The covariance of the
+    coefficients left free is s²(XᵀWX)⁻¹ with s² the weighted residual variance.
     """
-    missing = {"atoms", "edges", "data_s", *LOCAL_WORK} - set(steps.columns)
+    missing = {"atoms", "edges", "step_s"} - set(points.columns)
     if missing:
-        raise ValueError(f"cost model for {variant}: step log lacks columns {sorted(missing)}")
-    if len(steps) < 3:
-        raise ValueError(f"cost model for {variant}: {len(steps)} step rows; need at least 3")
-    y = local_work_s(steps)
-    if not np.all(np.isfinite(y)):
-        raise ValueError(f"cost model for {variant}: non-finite compute_s/optim_s in the step log")
-    design = np.column_stack([np.ones(len(steps)), steps["atoms"].to_numpy(np.float64),
-                              steps["edges"].to_numpy(np.float64)])
-    # Scale columns so that NNLS is well conditioned, then undo the scaling.
-    scale = np.maximum(np.abs(design).max(axis=0), 1e-12)
-    coef, _ = nnls(design / scale, y)
+        raise ValueError(f"cost model for {variant}: points lack columns {sorted(missing)}")
+    y = points["step_s"].to_numpy(np.float64)
+    if len(y) < 4:
+        raise ValueError(f"cost model for {variant}: {len(y)} points; need at least 4")
+    if not np.all(np.isfinite(y) & (y > 0)):
+        raise ValueError(f"cost model for {variant}: step times must be finite and > 0")
+    design = np.column_stack([np.ones(len(y)), points["atoms"].to_numpy(np.float64),
+                              points["edges"].to_numpy(np.float64)])
+    weighted = design / y[:, None]  # rows scaled by 1/t: residuals relative
+    scale = np.maximum(np.abs(weighted).max(axis=0), 1e-300)  # conditioning of NNLS
+    coef, _ = nnls(weighted / scale, np.ones(len(y)))
     coef = coef / scale
+    free = coef > 0
+    dof = len(y) - int(free.sum())
+    covariance = np.zeros((3, 3))
+    if dof > 0 and free.any():
+        resid = (design @ coef - y) / y
+        s2 = float(resid @ resid) / dof
+        sub = weighted[:, free]
+        covariance[np.ix_(free, free)] = s2 * np.linalg.pinv(sub.T @ sub)
     model = CostModel(variant, float(coef[0]), float(coef[1]), float(coef[2]),
-                      data_wait_s=float(steps["data_s"].mean()),
-                      samples=len(steps), sources=[str(s) for s in sources])
-    model.r2, model.mean_rel_error, model.max_rel_error = fit_quality(
-        y, model.compute_s(design[:, 1], design[:, 2]))
+                      covariance=covariance.tolist(), dof=dof, samples=len(y),
+                      sources=[str(s) for s in sources])
+    model.r2, model.mean_rel_error, model.max_rel_error = fit_quality(y, design @ coef)
     return model

@@ -1,5 +1,6 @@
 """Per-epoch time of a schedule: the sum over steps of the slowest rank's step time plus one
-gradient all-reduce per step (no overlap of communication with backward: an upper bound).
+gradient all-reduce per step (no overlap of communication with backward: an upper bound), with
+the band the cost model's uncertainty gives it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class EpochEstimate:
     allreduce_s: float  # sum over steps of the all-reduce
     mean_compute_s: float  # sum over steps of the mean rank's data wait + compute
     mean_atoms_per_batch: float
+    epoch_s_low: float  # the band of epoch_s from the cost model's uncertainty (CostModel.band)
+    epoch_s_high: float
 
     @property
     def balance(self) -> float:
@@ -42,17 +45,24 @@ def rank_step_times(schedule: Schedule, model: CostModel) -> np.ndarray:
 
 def simulate_epoch(schedule: Schedule, model: CostModel, network: Network,
                    gradient_bytes: float) -> EpochEstimate:
-    """Sum over steps of (max over ranks of step time) + an all-reduce of the gradients."""
+    """Sum over steps of (max over ranks of step time) + an all-reduce of the gradients; the band
+    from the design rows of each step's slowest rank (the epoch is linear in the coefficients
+    once the slowest rank of each step is fixed)."""
     times = rank_step_times(schedule, model)
-    slowest = times.max(axis=1)
+    slowest_rank = times.argmax(axis=1)
+    slowest = times[np.arange(schedule.steps), slowest_rank]
     reduce_s = network.allreduce_s(schedule.ranks, gradient_bytes)
     busy = schedule.graphs > 0
+    pick = (np.arange(schedule.steps), slowest_rank)
+    features = model.features(schedule.atoms[pick], schedule.edges[pick]).sum(axis=0)
+    epoch_s = float(slowest.sum() + reduce_s * schedule.steps)
+    low, high = model.band(epoch_s, features)
     return EpochEstimate(
-        ranks=schedule.ranks, steps=schedule.steps,
-        epoch_s=float(slowest.sum() + reduce_s * schedule.steps),
+        ranks=schedule.ranks, steps=schedule.steps, epoch_s=epoch_s,
         slowest_compute_s=float(slowest.sum()), allreduce_s=float(reduce_s * schedule.steps),
         mean_compute_s=float(times.mean(axis=1).sum()),
-        mean_atoms_per_batch=float(schedule.atoms[busy].mean()) if busy.any() else 0.0)
+        mean_atoms_per_batch=float(schedule.atoms[busy].mean()) if busy.any() else 0.0,
+        epoch_s_low=low, epoch_s_high=high)
 
 
 ScheduleFn = Callable[[Sizes, int], Schedule]
@@ -75,7 +85,9 @@ def scaling_table(sizes: Sizes, runs: dict[str, tuple[ScheduleFn, CostModel]],
                 cache[key] = schedule_fn(sizes, r)
             est = simulate_epoch(cache[key], model, network, gradient_bytes)
             rows.append({"run": label, "variant": model.variant, "ranks": r, "steps": est.steps,
-                         "epoch_s": est.epoch_s, "slowest_compute_s": est.slowest_compute_s,
+                         "epoch_s": est.epoch_s, "epoch_s_low": est.epoch_s_low,
+                         "epoch_s_high": est.epoch_s_high,
+                         "slowest_compute_s": est.slowest_compute_s,
                          "allreduce_s": est.allreduce_s, "balance": est.balance,
                          "mean_atoms_per_batch": est.mean_atoms_per_batch})
     table = pd.DataFrame(rows)

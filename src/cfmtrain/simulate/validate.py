@@ -1,47 +1,77 @@
-"""Cost models from measured runs, and their validation on runs they were not fitted on
-(fit on 1 rank, predict 2, and the reverse): predicted against measured epoch time.
+"""Cost models for the measured variants (the calibration's law of the variant's compute path,
+plus the data wait of its cells) and their validation on the cells: each cell's epoch time
+predicted from its own batches' atoms and edges, with the data wait taken from the variant's
+cells at the other rank counts, against the epoch time it measured.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
 from cfmtrain.simulate.allreduce import Network
-from cfmtrain.simulate.costmodel import CostModel, fit_cost_model, local_work_s
+from cfmtrain.simulate.costmodel import CostModel
 from cfmtrain.simulate.runs import Run
 
+LOCAL_WORK = ("compute_s", "optim_s")  # a rank's own work in a step: forward+backward, optimiser
 
-def timed_steps(run: Run, skip_steps: int = 1) -> pd.DataFrame:
-    """The run's step log without its first `skip_steps` steps (warm-up: allocation, caches)."""
+
+def local_work_s(steps: pd.DataFrame) -> np.ndarray:
+    """Seconds of each (step, rank) row's own work: compute plus optimiser step."""
+    return steps[list(LOCAL_WORK)].sum(axis=1, min_count=len(LOCAL_WORK)).to_numpy(np.float64)
+
+
+def timed_steps(run: Run) -> pd.DataFrame:
+    """The run's step log without its warm-up: the first epoch when it has several (as the
+    summary's epoch time), else the first step (allocation, caches)."""
     steps = run.steps()
-    return steps[steps.step >= steps.step.min() + skip_steps]
+    if steps.epoch.nunique() > 1:
+        return steps[steps.epoch > steps.epoch.min()]
+    return steps[steps.step > steps.step.min()] if len(steps) > 1 else steps
 
 
-def fit_variants(runs: list[Run], skip_steps: int = 1) -> dict[str, CostModel]:
-    """One cost model per variant from all of that variant's runs pooled."""
-    by_variant: dict[str, list[Run]] = {}
-    for run in runs:
-        by_variant.setdefault(run.variant, []).append(run)
-    return {variant: fit_cost_model(pd.concat([timed_steps(r, skip_steps) for r in group]),
-                                    variant, [str(r.folder) for r in group])
-            for variant, group in by_variant.items()}
+def data_wait_s(runs: list[Run]) -> float:
+    """Mean seconds a step waited for its batch over the timed steps of `runs`."""
+    return float(pd.concat([timed_steps(r).data_s for r in runs]).mean())
+
+
+def variant_models(laws: dict[str, CostModel], runs: list[Run],
+                   path_of: Callable[[str], str]) -> dict[str, CostModel]:
+    """Each measured variant's model: its compute path's law (`path_of(variant)` keys `laws`)
+    with the mean data wait of all its cells."""
+    models = {}
+    for variant in dict.fromkeys(r.variant for r in runs):
+        group = [r for r in runs if r.variant == variant]
+        law = _law(laws, path_of, variant)
+        models[variant] = dataclasses.replace(
+            law, variant=variant, data_wait_s=data_wait_s(group),
+            sources=[*law.sources, *(str(r.folder) for r in group)])
+    return models
+
+
+def _law(laws: dict[str, CostModel], path_of: Callable[[str], str], variant: str) -> CostModel:
+    path = path_of(variant)
+    if path not in laws:
+        raise ValueError(f"variant {variant}: no calibration of its compute path {path!r} "
+                         f"(calibrated: {sorted(laws)})")
+    return laws[path]
 
 
 GradientBytes = float | Callable[[Run], float]
 
 
-def predict_run(run: Run, model: CostModel, network: Network, gradient_bytes: GradientBytes,
-                skip_steps: int = 1) -> dict:
+def predict_run(run: Run, model: CostModel, network: Network,
+                gradient_bytes: GradientBytes) -> dict:
     """Predicted and measured seconds per epoch of `run` from its own batches' atoms and edges.
 
     Measured: the sum over steps of the slowest rank's step_s (all parts), averaged over epochs.
     Predicted: the sum over steps of max over ranks (data wait + modelled work) + an all-reduce.
     Both also without the all-reduce, which tests the cost model and the max over ranks alone.
     """
-    steps = timed_steps(run, skip_steps)
+    steps = timed_steps(run)
     steps = steps.assign(work=model.step_s(steps.atoms, steps.edges),
                          measured_work=steps.data_s.to_numpy() + local_work_s(steps))
     per_step = steps.groupby(["epoch", "step"]).agg(
@@ -51,33 +81,32 @@ def predict_run(run: Run, model: CostModel, network: Network, gradient_bytes: Gr
     nbytes = gradient_bytes(run) if callable(gradient_bytes) else gradient_bytes
     reduce_s = network.allreduce_s(run.ranks, nbytes) if run.ranks > 1 else 0.0
     measured = epochs[("measured", "sum")].mean()
+    measured_work = epochs[("measured_work", "sum")].mean()
     predicted_work = epochs[("predicted_work", "sum")].mean()
     predicted = predicted_work + reduce_s * epochs[("measured", "size")].mean()
     step_err = np.abs(per_step.predicted_work - per_step.measured_work) / per_step.measured_work
     return {"variant": run.variant, "validated_on": f"{run.dataset}/r{run.ranks}",
             "ranks": run.ranks, "measured_epoch_s": measured, "predicted_epoch_s": predicted,
             "epoch_rel_error": (predicted - measured) / measured,
-            "measured_work_epoch_s": epochs[("measured_work", "sum")].mean(),
-            "predicted_work_epoch_s": predicted_work,
-            "work_rel_error": (predicted_work - epochs[("measured_work", "sum")].mean())
-            / epochs[("measured_work", "sum")].mean(),
+            "measured_work_epoch_s": measured_work, "predicted_work_epoch_s": predicted_work,
+            "work_rel_error": (predicted_work - measured_work) / measured_work,
             "step_mean_abs_rel_error": float(step_err.mean()),
+            "contended": bool(run.summary.get("contended", False)),
             "threads": run.summary.get("provenance", {}).get("threads", np.nan)}
 
 
-def cross_validate(runs: list[Run], network: Network, gradient_bytes: GradientBytes,
-                   skip_steps: int = 1) -> pd.DataFrame:
-    """For each variant and each pair of its runs at different rank counts: fit on one, predict
-    the other. Empty when no variant has runs at two rank counts."""
+def cross_validate(laws: dict[str, CostModel], runs: list[Run], path_of: Callable[[str], str],
+                   network: Network, gradient_bytes: GradientBytes) -> pd.DataFrame:
+    """One row per cell: predicted by its variant's calibrated law with the data wait of the
+    variant's cells at the other rank counts (`data_wait_from`; the cell itself when the variant
+    was measured at one rank count only), against its measured epoch time."""
     rows = []
-    for fit_run in runs:
-        others = [r for r in runs if r.variant == fit_run.variant and r.ranks != fit_run.ranks]
-        if not others:
-            continue
-        model = fit_cost_model(timed_steps(fit_run, skip_steps), fit_run.variant,
-                               [str(fit_run.folder)])
-        for other in others:
-            row = predict_run(other, model, network, gradient_bytes, skip_steps)
-            rows.append({"fit_on": f"{fit_run.dataset}/r{fit_run.ranks}", **row,
-                         "fit_r2": model.r2, "fit_mean_rel_error": model.mean_rel_error})
+    for run in runs:
+        others = [r for r in runs if r.variant == run.variant and r.ranks != run.ranks]
+        wait_from = others or [run]
+        model = dataclasses.replace(_law(laws, path_of, run.variant), variant=run.variant,
+                                    data_wait_s=data_wait_s(wait_from))
+        rows.append({**predict_run(run, model, network, gradient_bytes),
+                     "data_wait_from": " ".join(f"{r.dataset}/r{r.ranks}" for r in wait_from),
+                     "fit_r2": model.r2, "fit_mean_rel_error": model.mean_rel_error})
     return pd.DataFrame(rows)

@@ -1,5 +1,6 @@
-"""`cfmtrain sweep batch|capacity`: the batch-size sweep of Figure 11 and the bin-capacity sweep
-of section 5.5, each series timed in its own subprocess; CSV (and the recommendation) out."""
+"""`cfmtrain sweep batch|capacity|calibrate`: the batch-size sweep of Figure 11, the bin-capacity
+sweep of section 5.5 and the simulator's calibration (the cells' model, --set as `cfmtrain
+train`), each series timed in its own subprocess; CSV (and the recommendation) out."""
 
 from __future__ import annotations
 
@@ -10,23 +11,30 @@ from pathlib import Path
 from cfmtrain.atomic import atomic_path
 
 # quick: a reduced model and few points (about 2 minutes on 2 cores); full: the paper's model.
+# The calibration times the cells' own model (--set) at `calibration` atoms per batch, `repeats`
+# steps a point at least (more for small batches, see sweep.calibrate; quick: 2 pools x 6 sizes
+# x 2 compute paths, about 3 minutes on 2 cores with the cells' 32x0e+32x1o, lmax 2 model).
 SMALL_MODEL = ["model.hidden_irreps=16x0e+16x1o", "model.max_ell=2", "model.correlation=2",
                "model.radial_mlp=[16,16]"]
 PRESETS = {
     "quick": {"overrides": SMALL_MODEL, "small": [1, 4, 16], "large": [1, 2],
-              "capacities": [256, 512, 1024], "repeats": 2},
+              "capacities": [256, 512, 1024], "repeats": 2,
+              "calibration": [96, 256, 512, 1024, 2048, 3072], "calibration_repeats": 3},
     "full": {"overrides": [], "small": [1, 2, 4, 8, 16, 32, 64], "large": [1, 2, 4, 8, 16],
-             "capacities": [512, 800, 1024, 1536, 2048, 3072, 4096, 6144], "repeats": 3},
+             "capacities": [512, 800, 1024, 1536, 2048, 3072, 4096, 6144], "repeats": 3,
+             "calibration": [64, 128, 256, 512, 800, 1024, 1536, 2048, 3072, 4096],
+             "calibration_repeats": 5},
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `cfmtrain sweep`."""
-    parser.add_argument("kind", choices=["batch", "capacity"])
-    parser.add_argument("--graphs", type=Path, required=True, help="graph store folder")
+    parser.add_argument("kind", choices=["batch", "capacity", "calibrate"])
+    parser.add_argument("--graphs", type=Path, nargs="+", required=True,
+                        help="graph store folder (calibrate: several, a union, as train)")
     parser.add_argument("--split", type=Path, required=True, help="the store's split.npz")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
+    parser.add_argument("--dtypes", nargs="+", help="batch, capacity: default float32 float64")
     parser.add_argument("--small-subset", default="water_clusters",
                         help="subset whose graphs are the 'small molecules'")
     parser.add_argument("--large-subset", default="cuni", help="subset of 'large molecules'")
@@ -36,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--override", action="append", default=[],
                         help="training-config KEY=VALUE on top of the preset's model")
+    parser.add_argument("--set", dest="settings", action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="calibrate: the cells' training setting (as `cfmtrain train --set`)")
     parser.add_argument("--tolerance", type=float, default=0.1,
                         help="capacity: throughput within this fraction of the best counts as "
                              "saturated")
@@ -48,10 +59,15 @@ def run(args: argparse.Namespace) -> int:
     """Run the sweep and write its CSV (and the capacity recommendation)."""
     from cfmtrain.data.split import load_split
     from cfmtrain.graphs.store import GraphStore
-    from cfmtrain.sweep import batch, capacity
+    from cfmtrain.sweep import batch, calibrate, capacity
 
     preset = PRESETS[args.preset]
-    store = GraphStore(args.graphs)
+    if len(args.graphs) > 1 and args.kind != "calibrate":
+        raise SystemExit(f"sweep {args.kind}: one graph store folder, got {len(args.graphs)}")
+    store = GraphStore(args.graphs if len(args.graphs) > 1 else args.graphs[0])
+    if args.kind == "calibrate":
+        return _calibrate(args, store, preset, calibrate)
+    args.dtypes = args.dtypes or ["float32", "float64"]
     overrides = [*preset["overrides"], *args.override]
     common = dict(overrides=overrides, repeats=preset["repeats"],
                   budget_mb=args.memory_budget_mb, threads=args.threads)
@@ -71,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         largest = int(store.num_atoms.max())
         recs = [capacity.recommend(frame, largest, d, args.tolerance) for d in args.dtypes]
         main = recs[0]
-        data = {**main, "per_dtype": recs, "preset": args.preset, "graphs": str(args.graphs)}
+        data = {**main, "per_dtype": recs, "preset": args.preset, "graphs": str(args.graphs[0])}
         with atomic_path(args.recommendation) as tmp:
             tmp.write_text(json.dumps(data, indent=2) + "\n")
         with atomic_path(args.recommendation.with_suffix(".md")) as tmp:
@@ -80,8 +96,27 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate(args: argparse.Namespace, store, preset: dict, calibrate) -> int:
+    """The calibration with the cells' settings; threads from them, else --threads."""
+    from cfmtrain.train.build import load_parts
+    from cfmtrain.train.config import load_config
+
+    cfg = load_config(overrides=args.settings)  # a wrong key or value fails here, named
+    if args.override or args.dtypes:
+        raise SystemExit("sweep calibrate: the model and dtype are the cells' (--set), not "
+                         "--override/--dtypes")
+    train = load_parts(store, args.split, cfg)["train"]  # the cells' training graphs
+    frame = calibrate.calibration_sweep(store, str(args.split), train, preset["calibration"],
+                                        args.settings, preset["calibration_repeats"],
+                                        cfg.threads or args.threads)
+    with atomic_path(args.output) as tmp:
+        frame.to_csv(tmp, index=False)
+    print(frame.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    return 0
+
+
 def _markdown(recs: list[dict], args: argparse.Namespace) -> str:
-    lines = [f"# Recommended bin capacity ({args.preset} preset, {args.graphs})", "",
+    lines = [f"# Recommended bin capacity ({args.preset} preset, {args.graphs[0]})", "",
              "| dtype | recommended (atoms) | lower bound: largest graph | memory upper bound |"
              " reason |", "|---|---:|---:|---:|---|"]
     for r in recs:

@@ -64,15 +64,18 @@ def make_batch(run, indices: list[int]):
     return next(iter(run.make_loader(dataset, [list(range(len(indices)))])))
 
 
-def time_steps(run, batch, repeats: int) -> float:
-    """Median seconds of `repeats` training steps (forward, backward, optimiser) on `batch`."""
+def time_steps(run, batch, repeats: int, min_time_s: float = 0.0,
+               max_repeats: int = 0) -> list[float]:
+    """Seconds of each training step (forward, backward, optimiser) on `batch`: `repeats` steps,
+    more while they sum to less than `min_time_s` (up to `max_repeats`), so that small batches
+    get a median as stable as large ones."""
     graphs, atoms = float(batch.num_graphs), float(batch.num_nodes)
-    times = []
-    for k in range(repeats):
+    times: list[float] = []
+    while len(times) < repeats or (sum(times) < min_time_s and len(times) < max_repeats):
         t = StepTimes()
-        train_step(run, batch, graphs, atoms, k, t)
+        train_step(run, batch, graphs, atoms, len(times), t)
         times.append(t.compute_s + t.optim_s)
-    return statistics.median(times)
+    return times
 
 
 def is_oom(err: BaseException) -> bool:
@@ -85,7 +88,9 @@ def main(spec_path: str) -> int:
         torch.set_num_threads(int(spec["threads"]))
     cfg = load_config(overrides=spec.get("overrides", []))
     with tempfile.TemporaryDirectory() as out:
-        run = build_run(cfg, Path(spec["graphs"]), Path(spec["split"]), Path(out), DistEnv(),
+        graphs = spec["graphs"]  # a store folder, or a list of them (a union)
+        graphs = [Path(g) for g in graphs] if isinstance(graphs, list) else Path(graphs)
+        run = build_run(cfg, graphs, Path(spec["split"]), Path(out), DistEnv(),
                         torch.device("cpu"))
     batches = spec["batches"]
     groups = spec.get("groups", [0] * len(batches))
@@ -99,14 +104,17 @@ def main(spec_path: str) -> int:
             continue
         try:
             batch = make_batch(run, indices)
-            step_s = time_steps(run, batch, int(spec.get("repeats", 3)))
+            times = time_steps(run, batch, int(spec.get("repeats", 3)),
+                               float(spec.get("min_time_s", 0.0)), int(spec.get("max_repeats", 0)))
         except (RuntimeError, MemoryError) as err:
             if not is_oom(err):
                 raise
             emit({"index": index, "status": "oom", "error": str(err).splitlines()[0][:200]})
             failed_groups.add(groups[index])
             continue
-        emit({"index": index, "status": "ok", "step_s": step_s, "graphs": int(batch.num_graphs),
+        emit({"index": index, "status": "ok", "step_s": statistics.median(times),
+              "step_min_s": min(times), "step_max_s": max(times), "repeats": len(times),
+              "graphs": int(batch.num_graphs),
               "atoms": int(batch.num_nodes), "edges": int(batch.edge_index.shape[1]),
               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
     return 0

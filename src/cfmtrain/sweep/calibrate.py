@@ -1,0 +1,71 @@
+"""The simulator's calibration: seconds per training step of the ablation cells' own model over a
+sweep of batch sizes (as Figure 11), for each compute path of the variants (mace-torch's modules
+or the fused kernels), on batches of sparse and of dense graphs so that atoms and edges vary apart.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from cfmtrain.sweep.capacity import fill_bin
+from cfmtrain.sweep.series import run_series
+
+# One variant per compute path: the step of a variant depends on its kernels only (the balancer
+# changes which graphs form a batch, not the cost of a batch); cfmtrain.train.config decides.
+PATHS = {"mace": "baseline", "fused": "kernel"}
+MIN_TIME_S = 3.0  # timed seconds per point at least (small batches: more steps)
+MAX_REPEATS = 15
+COLUMNS = ["kernels", "variant", "pool", "target_atoms", "graphs", "atoms", "edges", "step_s",
+           "step_min_s", "step_max_s", "repeats", "status", "error"]
+
+
+def calibration_batches(atoms: np.ndarray, edges: np.ndarray, train: np.ndarray,
+                        targets: list[int], seed: int = 0) -> tuple[list[list[int]], list[dict]]:
+    """Batches of training graphs filled to each target atom count from two pools: the graphs
+    with fewer edges per atom than the median (sparse) and the others (dense)."""
+    train = np.asarray(train, np.int64)
+    if train.size == 0:
+        raise ValueError("calibration: the split has no training graphs")
+    density = edges[train] / np.maximum(atoms[train], 1)
+    median = float(np.median(density))
+    pools = {"sparse": train[density < median], "dense": train[density >= median]}
+    batches, labels = [], []
+    for pool, members in pools.items():
+        if members.size == 0:
+            continue
+        order = np.random.default_rng(seed).permutation(members)
+        for target in sorted(targets):
+            if atoms[order].min() > target:
+                continue  # every graph of the pool is larger than the target
+            batch = fill_bin(atoms, order, target)
+            batches.append(batch)
+            labels.append({"pool": pool, "target_atoms": target, "graphs": len(batch),
+                           "atoms": int(atoms[batch].sum()), "edges": int(edges[batch].sum())})
+    if len(batches) < 4:
+        raise ValueError(f"calibration: only {len(batches)} batches for targets {targets}; need "
+                         "at least 4 (more targets, or a data set with graphs that small)")
+    return batches, labels
+
+
+def calibration_sweep(store, split: str, train: np.ndarray, targets: list[int],
+                      overrides: list[str], repeats: int, threads: int,
+                      seed: int = 0) -> pd.DataFrame:
+    """One subprocess per compute path, timing at least `repeats` steps of every batch, more
+    (up to MAX_REPEATS) until MIN_TIME_S of steps, with the training settings `overrides` (the
+    cells' model and dtype); each point's median, min and max."""
+    batches, labels = calibration_batches(np.asarray(store.num_atoms), np.asarray(store.num_edges),
+                                          train, targets, seed)
+    rows = []
+    for kernels, variant in PATHS.items():
+        paths = store.path if isinstance(store.path, tuple) else [store.path]
+        spec = {"graphs": [str(p) for p in paths], "split": split, "batches": batches,
+                "overrides": [*overrides, f"variant={variant}"], "repeats": repeats,
+                "min_time_s": MIN_TIME_S, "max_repeats": MAX_REPEATS, "threads": threads}
+        series = run_series(spec, [{**lab, "kernels": kernels, "variant": variant}
+                                   for lab in labels])
+        for row in series:
+            print(f"  {kernels:5s} {row['pool']:6s} {row['atoms']:5d} atoms {row['edges']:6d} "
+                  f"edges: {row['status']} {row.get('step_s', float('nan')):.3f} s", flush=True)
+        rows += series
+    return pd.DataFrame(rows).reindex(columns=COLUMNS)
