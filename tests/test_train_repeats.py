@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -100,7 +102,7 @@ def test_the_command_must_be_train_with_an_output(tmp_path):
     assert folder == tmp_path and command == ["train", "--output", str(tmp_path / "rep2"), "--x"]
 
 
-def cell(data, out: Path, *settings: str) -> subprocess.CompletedProcess:
+def cell_argv(data, out: Path, *settings: str) -> list[str]:
     """`cfmtrain cell` of 2 tiny repeats on one rank, as the rule train_cell runs it."""
     argv = [sys.executable, "-m", "cfmtrain", "cell", "--repeats", "2", "--ranks", "1",
             "--threads", "1", "--max-wall-cpu-ratio", "1.15", "--", "train", "--graphs",
@@ -108,8 +110,16 @@ def cell(data, out: Path, *settings: str) -> subprocess.CompletedProcess:
             "--resume", "auto"]
     for setting in (*COMMON, *settings):
         argv += ["--set", setting]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return argv
+
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+
+
+def cell(data, out: Path, *settings: str) -> subprocess.CompletedProcess:
+    """Run `cell_argv` to its end."""
+    return subprocess.run(cell_argv(data, out, *settings), cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=900)
 
 
 def test_cell_of_two_repeats_end_to_end_and_rerun(data, tmp_path):
@@ -158,3 +168,22 @@ def test_a_repeat_stopped_part_way_fails_the_cell_and_continues_in_the_next(data
     assert result.stderr.count("resuming at epoch 0, step 3 of the epoch") == 1
     summary = json.loads((out / "summary.json").read_text())
     assert [r["repeat"] for r in summary["repeats"]] == [1, 2]
+
+
+def test_sigterm_reaches_the_repeat_which_checkpoints(data, tmp_path):
+    out = tmp_path / "cell"
+    proc = subprocess.Popen(cell_argv(data, out, "epochs=200"), cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "rep1" / "epochs.csv").exists():  # repeat 1 is training
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert "repeat 1" in err and "did not finish (exit 0, SIGTERM)" in err
+    assert (out / "rep1" / "checkpoint.pt").exists() and not (out / "summary.json").exists()
