@@ -5,7 +5,9 @@ verdict against configurable thresholds.
 The CPU time is the training thread's own (`time.thread_time`): forward and backward run on it
 (autograd runs CPU work on the calling thread), so with one torch thread per rank it equals the
 wall time of the compute unless the thread waited for a core. With more torch threads per rank,
-the training thread also waits for its intra-op workers, which raises the ratio a little.
+the training thread also waits for its intra-op workers, which raises the ratio a little. With
+more than one rank the compute is only local with measure_straggler (the default); without it,
+DDP's all-reduce waits inside backward count as compute wall time too.
 """
 
 from __future__ import annotations
