@@ -5,6 +5,7 @@ then a rerun, as Snakemake's --forcerun does, that measures both again)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -187,3 +188,32 @@ def test_sigterm_reaches_the_repeat_which_checkpoints(data, tmp_path):
     assert proc.returncode == 143, err
     assert "repeat 1" in err and "did not finish (exit 0, SIGTERM)" in err
     assert (out / "rep1" / "checkpoint.pt").exists() and not (out / "summary.json").exists()
+
+
+
+@pytest.mark.parametrize("count, code", [(3, 143), (2, 0)])
+def test_a_stop_after_a_complete_repeat_ends_the_cell_unless_it_was_the_last(
+        tmp_path, monkeypatch, count, code):
+    calls = []
+
+    def fake_launch(argv):  # a repeat that completes, with SIGTERM seen from the second on
+        out = Path(argv[argv.index("--output") + 1])
+        out.mkdir(parents=True)
+        for name in repeats.PUBLISHED:
+            (out / name).write_text(name)
+        (out / "summary.json").write_text(json.dumps(run_summary(10.0 + len(calls), 1.0)))
+        calls.append(out.name)
+        return 0, len(calls) >= 2
+
+    monkeypatch.setattr(repeats, "launch_repeat", fake_launch)
+    parser = argparse.ArgumentParser()
+    repeats.add_arguments(parser)
+    args = parser.parse_args(["--repeats", str(count), "--ranks", "1", "--", "train",
+                              "--output", str(tmp_path)])
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        assert repeats.run(args) == code
+    finally:
+        signal.signal(signal.SIGTERM, handler)  # a complete cell ignores SIGTERM from then on
+    assert calls == ["rep1", "rep2"]
+    assert (tmp_path / "summary.json").exists() == (code == 0)

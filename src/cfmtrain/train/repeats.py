@@ -165,6 +165,10 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
             return code or (143 if stopped else 1)
         summaries.append(read_summary(done))
+        if stopped and k < args.repeats:  # the stop came once the repeat was complete
+            print(f"cfmtrain cell: stopped (SIGTERM) after repeat {k}; running the cell again "
+                  "measures every repeat", file=sys.stderr, flush=True)
+            return 143
     try:
         cell, middle = aggregate(summaries, limits)
     except ValueError as err:
