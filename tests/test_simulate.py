@@ -91,17 +91,18 @@ def calibration_points(law=LAW, noise=0.0, seed=0, sizes=(64, 128, 256, 512, 102
     atoms = np.array([a for a in sizes for _ in (0, 1)], float)
     edges = np.rint(atoms * np.tile([10.0, 35.0], len(sizes)))
     true = law[0] + law[1] * atoms + law[2] * edges
-    return pd.DataFrame({"atoms": atoms, "edges": edges, "status": "ok",
-                         "step_s": true * (1 + noise * rng.standard_normal(len(true)))})
+    step = true * (1 + noise * rng.standard_normal(len(true)))
+    return pd.DataFrame({"atoms": atoms, "edges": edges, "status": "ok", "step_s": step * 1.05,
+                         "step_cpu_s": step})  # the cost is the CPU time; wall a bit more
 
 
 def test_fit_recovers_a_known_cost_law():
-    model = fit_cost_model(calibration_points(noise=0.01), "baseline")
+    model = fit_cost_model(calibration_points(noise=0.01), "baseline", column="step_cpu_s")
     assert model.intercept_s == pytest.approx(LAW[0], rel=0.1)
     assert model.per_atom_s == pytest.approx(LAW[1], rel=0.05)
     assert model.per_edge_s == pytest.approx(LAW[2], rel=0.1)
     assert model.r2 > 0.99 and model.mean_rel_error < 0.02 and model.dof == 11
-    exact = fit_cost_model(calibration_points(), "baseline")
+    exact = fit_cost_model(calibration_points(), "baseline", column="step_cpu_s")
     assert exact.coefficients == pytest.approx(np.array(LAW), rel=1e-6)
     assert np.allclose(exact.covariance, 0.0, atol=1e-12)  # no residual, no spread
 
@@ -119,14 +120,14 @@ def test_cost_model_rejects_bad_points():
 def test_weak_fit_is_refused_with_the_reason():
     rng = np.random.default_rng(3)
     noise = calibration_points().assign(step_s=rng.uniform(0.5, 1.5, 14))  # no size law at all
-    model = fit_cost_model(noise, "baseline")
+    model = fit_cost_model(noise, "baseline", column="step_s")
     assert model.r2 < 0.5
     validation = pd.DataFrame({"variant": ["baseline"], "validated_on": ["d/r2"],
                                "epoch_rel_error": [0.05]})
     judged = verdict(model, validation, min_r2=0.95, max_error=0.15)
     assert not judged["supported"]
     assert judged["unsupported_reason"] == f"calibration fit R² {model.r2:.3f} < 0.95"
-    good = fit_cost_model(calibration_points(noise=0.01), "baseline")
+    good = fit_cost_model(calibration_points(noise=0.01), "baseline", column="step_cpu_s")
     assert verdict(good, validation, 0.95, 0.15)["supported"]
     off = validation.assign(epoch_rel_error=[-0.3])
     judged = verdict(good, off, 0.95, 0.15)
@@ -149,14 +150,14 @@ def test_band_contains_the_truth():
     net = Network(alpha_s=0.0, beta_bytes_per_s=1e12)
     inside, widths = 0, []
     for seed in range(200):
-        model = fit_cost_model(calibration_points(noise=0.05, seed=seed), "v")
+        model = fit_cost_model(calibration_points(noise=0.05, seed=seed), "v", column="step_cpu_s")
         est = simulate_epoch(schedule, model, net, 0.0)
         assert est.epoch_s_low <= est.epoch_s <= est.epoch_s_high
         inside += est.epoch_s_low <= truth <= est.epoch_s_high
         widths.append((est.epoch_s_high - est.epoch_s_low) / truth)
     assert inside >= 180  # a 95% band: at least 90% of 200 fits contain the true epoch time
     assert 0.005 < np.median(widths) < 0.2  # and it is a band, not everything
-    model = fit_cost_model(calibration_points(noise=0.05, seed=1), "v")
+    model = fit_cost_model(calibration_points(noise=0.05, seed=1), "v", column="step_cpu_s")
     model.model_error = 0.1  # the error seen on measured cells widens it by that much
     wide = simulate_epoch(schedule, model, net, 0.0)
     model.model_error = 0.0
@@ -188,7 +189,7 @@ def test_validation_predicts_cells_from_the_calibration(tmp_path):
     # The cells run the calibrated law exactly: every cell's work is predicted exactly, and the
     # 2-rank epoch too with the fixture's 0.01 s all-reduce = the ring's 2(R-1)alpha, alpha 0.005.
     runs = load_runs([write_run(tmp_path, "d", "baseline", r, seed=r) for r in (1, 2)])
-    laws = {"mace": fit_cost_model(calibration_points(), "mace")}
+    laws = {"mace": fit_cost_model(calibration_points(), "mace", column="step_cpu_s")}
     table = cross_validate(laws, runs, kernels_of, Network(alpha_s=0.005, beta_bytes_per_s=1e12),
                            0.0)
     assert table.validated_on.tolist() == ["d/r1", "d/r2"]
@@ -321,7 +322,7 @@ def test_cli_writes_tables_with_bands_and_cases(tmp_path):
 def test_cli_refuses_a_weak_fit_in_tables_and_paper(tmp_path):
     rng = np.random.default_rng(5)
     mace = calibration_points()
-    mace = mace.assign(step_s=rng.uniform(0.5, 1.5, len(mace)))  # noise: no size law
+    mace = mace.assign(step_cpu_s=rng.uniform(0.5, 1.5, len(mace)))  # noise: no size law
     out = simulate(tmp_path, two_paths(mace, calibration_points((0.04, 1e-3, 5e-5))))
     strong = pd.read_csv(out / "strong.csv")
     base = strong[strong.variant == "baseline"]

@@ -85,17 +85,18 @@ def fit_quality(measured: np.ndarray, predicted: np.ndarray) -> tuple[float, flo
     return float(r2), float(rel.mean()), float(rel.max())
 
 
-def fit_cost_model(points: pd.DataFrame, variant: str, sources: list[str] = ()) -> CostModel:
-    """Fit median step times (`step_s`) against `atoms` and `edges` of the calibration batches.
+def fit_cost_model(points: pd.DataFrame, variant: str, sources: list[str] = (),
+                   column: str = "step_s") -> CostModel:
+    """Fit median step times (`column`) against `atoms` and `edges` of the calibration batches.
 
     Non-negative coefficients (more atoms or edges never make a batch faster), least squares on
     relative residuals (weights 1/t: small and large batches count alike). The covariance of the
     coefficients left free is s²(XᵀWX)⁻¹ with s² the weighted residual variance.
     """
-    missing = {"atoms", "edges", "step_s"} - set(points.columns)
+    missing = {"atoms", "edges", column} - set(points.columns)
     if missing:
         raise ValueError(f"cost model for {variant}: points lack columns {sorted(missing)}")
-    y = points["step_s"].to_numpy(np.float64)
+    y = points[column].to_numpy(np.float64)
     if len(y) < 4:
         raise ValueError(f"cost model for {variant}: {len(y)} points; need at least 4")
     if not np.all(np.isfinite(y) & (y > 0)):

@@ -17,7 +17,7 @@ PATHS = {"mace": "baseline", "fused": "kernel"}
 MIN_TIME_S = 3.0  # timed seconds per point at least (small batches: more steps)
 MAX_REPEATS = 15
 COLUMNS = ["kernels", "variant", "pool", "target_atoms", "graphs", "atoms", "edges", "step_s",
-           "step_min_s", "step_max_s", "repeats", "status", "error"]
+           "step_min_s", "step_max_s", "step_cpu_s", "repeats", "status", "error"]
 
 
 def calibration_batches(atoms: np.ndarray, edges: np.ndarray, train: np.ndarray,
@@ -53,7 +53,8 @@ def calibration_sweep(store, split: str, train: np.ndarray, targets: list[int],
                       seed: int = 0) -> pd.DataFrame:
     """One subprocess per compute path, timing at least `repeats` steps of every batch, more
     (up to MAX_REPEATS) until MIN_TIME_S of steps, with the training settings `overrides` (the
-    cells' model and dtype); each point's median, min and max."""
+    cells' model and dtype); each point's median, min and max wall time and median CPU time of
+    the training thread."""
     batches, labels = calibration_batches(np.asarray(store.num_atoms), np.asarray(store.num_edges),
                                           train, targets, seed)
     rows = []
