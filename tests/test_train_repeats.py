@@ -36,7 +36,7 @@ def run_summary(epoch_time: float, ratio: float, steal: tuple[float, float] = (0
 
 def test_cell_summary_is_the_median_with_min_max_and_flags():
     summaries = [run_summary(10.0, 1.02, val=1), run_summary(14.0, 1.40, val=2),
-                 run_summary(11.0, 1.05, steal=(5.0, 8.0), val=3)]
+                 run_summary(11.0, 1.05, steal=(5.0, 8.0), val=3, resumed_epochs=[1])]
     cell, middle = repeats.aggregate(summaries, LIMITS)
     assert middle == 2 and cell["outputs_of_repeat"] == 3 and cell["val"] == 3
     assert (cell["epoch_time_s"], cell["epoch_time_min_s"], cell["epoch_time_max_s"]) == (
@@ -46,6 +46,7 @@ def test_cell_summary_is_the_median_with_min_max_and_flags():
     assert "wall/CPU 1.400 > 1.15" in cell["repeats"][1]["contended_because"]
     assert "steal 0.030" in cell["repeats"][2]["contended_because"]
     assert cell["repeats"][2]["steal_fraction"] == pytest.approx(0.03)
+    assert [r["resumed_epochs"] for r in cell["repeats"]] == [[], [], [1]]
     assert cell["contended"] is True and "host" not in cell
     first = cell["repeats"][0]
     assert {k: first[k] for k in ("epoch_time_s", "cpu_time_s", "wall_cpu_ratio",
@@ -169,6 +170,7 @@ def test_a_repeat_stopped_part_way_fails_the_cell_and_continues_in_the_next(data
     assert result.stderr.count("resuming at epoch 0, step 3 of the epoch") == 1
     summary = json.loads((out / "summary.json").read_text())
     assert [r["repeat"] for r in summary["repeats"]] == [1, 2]
+    assert [r["resumed_epochs"] for r in summary["repeats"]] == [[0], []]
 
 
 def test_sigterm_reaches_the_repeat_which_checkpoints(data, tmp_path):

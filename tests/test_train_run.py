@@ -105,6 +105,8 @@ def test_resume_continues_in_sampler_order(data, full_run, tmp_path):
     assert rows[0] == rows[1]
     losses = [pd.read_csv(p / "steps.csv").loss.tolist() for p in (full_run, tmp_path)]
     assert losses[0] == losses[1]
+    assert json.loads((tmp_path / "summary.json").read_text())["resumed_epochs"] == [1]
+    assert json.loads((full_run / "summary.json").read_text())["resumed_epochs"] == []
 
 
 def test_sigterm_writes_checkpoint_and_exits(data, tmp_path):

@@ -67,7 +67,8 @@ def _number(value) -> float:
 
 def repeat_record(k: int, summary: dict, limits: contention.Thresholds) -> dict:
     """One repeat's entry of the cell's `repeats`: its epoch time, contention measures and
-    verdict (`contended`, and `contended_because` saying which threshold it crossed)."""
+    verdict (`contended`, and `contended_because` saying which threshold it crossed), and the
+    epochs it resumed part-way (their time spans two processes)."""
     host = {key: _number(v) for key, v in (summary.get("host") or {}).items()}
     needed = (*HOST_KEYS, "cpu_total_start", "cpu_total_end", "cpu_time_s", "wall_cpu_ratio")
     host = {key: host.get(key, math.nan) for key in needed}
@@ -76,7 +77,8 @@ def repeat_record(k: int, summary: dict, limits: contention.Thresholds) -> dict:
     return {"repeat": k, "epoch_time_s": _number(summary["epoch_time_s"]),
             "cpu_time_s": host["cpu_time_s"], "wall_cpu_ratio": host["wall_cpu_ratio"],
             **{key: host[key] for key in HOST_KEYS}, "steal_fraction": steal,
-            "contended": bool(why), "contended_because": why}
+            "contended": bool(why), "contended_because": why,
+            "resumed_epochs": summary.get("resumed_epochs", [])}
 
 
 def aggregate(summaries: list[dict], limits: contention.Thresholds) -> tuple[dict, int]:

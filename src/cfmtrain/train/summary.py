@@ -91,6 +91,8 @@ def summarize(run, epochs: list[dict], test: dict, mean_batch: dict, host: dict)
         "epochs": len(epochs),
         "epoch_time_s": float(np.mean(timed)) if timed else math.nan,
         "epoch_times_s": walls,
+        # epochs resumed part-way (their wall time spans two processes)
+        "resumed_epochs": [int(e["epoch"]) for e in epochs if int(e["resumed"])],
         "steps_per_epoch": int(last.get("steps", 0) or 0),
         "final_train_loss": float(last.get("train_loss", math.nan)),
         "val_mae_energy_per_atom": float(last.get("valid_mae_energy_per_atom", math.nan)),
