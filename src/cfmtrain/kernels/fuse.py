@@ -18,6 +18,7 @@ from cfmtrain.kernels.backend import (
     model_device,
 )
 from cfmtrain.kernels.conv import fuse_convs, unfuse_convs
+from cfmtrain.kernels.radial import fold_radial_mlps, unfold_radial_mlps
 from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
 
 
@@ -69,8 +70,9 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
     The backend follows the model's device unless given (see cfmtrain.kernels.backend) and is
     recorded per kernel in `model.cfmtrain_kernel_backend`: "cpu-fused" swaps in cfmtrain's
     kernels, "cueq" mace-torch's cuEquivariance symmetric contraction, "reference" leaves
-    mace-torch's e3nn code. The conv is fused with "cpu-fused" unless `conv=False`; otherwise
-    it is mace-torch's own ("cueq" if the model was built with cuEquivariance, else "reference").
+    mace-torch's e3nn code. The conv (its radial MLP folded too, kernels.radial) is fused with
+    "cpu-fused" unless `conv=False`; otherwise it is mace-torch's own ("cueq" if the model was
+    built with cuEquivariance, else "reference").
     """
     chosen = backend is None
     device = model_device(model)
@@ -81,11 +83,13 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
         fuse_symmetric_contractions(model, backend)
     else:
         unfuse_model(model)
-    if backend == CPU_FUSED and conv:
+    if backend == CPU_FUSED and conv:  # the conv with its weight path (the radial MLP)
         fuse_convs(model)
+        fold_radial_mlps(model)
         conv_backend = CPU_FUSED
     else:
         unfuse_convs(model)
+        unfold_radial_mlps(model)
         conv_backend = mace_conv_backend(model)
         if chosen and backend != CPU_FUSED:  # a device without our kernels: warn once
             conv_backend = choose_conv_backend(device, model)
@@ -100,6 +104,7 @@ def unfuse_model(model: torch.nn.Module) -> torch.nn.Module:
         if _is_swapped(sc):
             product.symmetric_contractions = sc.original
     unfuse_convs(model)
+    unfold_radial_mlps(model)
     if hasattr(model, "cfmtrain_kernel_backend"):
         del model.cfmtrain_kernel_backend
     return model

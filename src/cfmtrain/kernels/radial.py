@@ -1,0 +1,95 @@
+"""MACE's radial MLP (e3nn's FullyConnectedNet on every edge) with its normalisation constants
+folded into the weights.
+
+e3nn scales each layer's weight by 1/sqrt(fan-in), then multiplies the activation's output by the
+constant that normalises its second moment and by sqrt(var_out) (1 inside the net): two passes
+over an [edges, hidden] tensor per hidden layer, in the forward pass and again in both backward
+passes a force-trained model takes. Folded, those constants scale the next layer's (small)
+weight instead, so each hidden layer is one matmul and one activation. The function is the same
+up to rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+from e3nn.math import normalize2mom
+from e3nn.nn import FullyConnectedNet
+
+
+def _plan(fc: FullyConnectedNet) -> tuple[list[tuple[float, object]], float]:
+    """Per layer (weight scale, activation function or None), and the factor left at the end
+    (an activated last layer's constant)."""
+    plan, carry = [], 1.0
+    for layer in fc.children():
+        act = layer.act
+        if act is None:
+            plan.append((carry / (layer.h_in * layer.var_in / layer.var_out) ** 0.5, None))
+            carry = 1.0
+        elif isinstance(act, normalize2mom):
+            plan.append((carry / (layer.h_in * layer.var_in) ** 0.5, act.f))
+            carry = (1.0 if act._is_id else act.cst) * layer.var_out ** 0.5
+        else:
+            raise TypeError(f"fold_radial_mlps: unsupported activation {act!r} in {fc}")
+    return plan, carry
+
+
+class FoldedRadialMLP(torch.nn.Module):
+    """An e3nn FullyConnectedNet computed with its constants folded into the weights. It adopts
+    the net's layers under the same names (state_dict unchanged); `restore()` gives it back."""
+
+    def __init__(self, fc: FullyConnectedNet) -> None:
+        super().__init__()
+        self.plan, self.carry = _plan(fc)
+        self.hs = list(fc.hs)
+        for name, layer in fc.named_children():
+            self.add_module(name, layer)
+        self.__dict__["_original"] = fc  # not a submodule: not in state_dict or .modules()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer, (scale, act) in zip(self.children(), self.plan, strict=True):
+            x = x @ (layer.weight * scale)
+            if act is not None:
+                x = act(x)
+        return x if self.carry == 1.0 else x * self.carry
+
+    def __reduce__(self) -> tuple:
+        """Pickle as the e3nn net and fold it again on load."""
+        return _folded, (self.restore(), self.training)
+
+    def restore(self) -> FullyConnectedNet:
+        """The original FullyConnectedNet, holding this module's current layers."""
+        fc = self._original
+        for name, child in self.named_children():
+            fc._modules[name] = child
+        return fc
+
+
+def _folded(fc: FullyConnectedNet, training: bool) -> FoldedRadialMLP:
+    """Unpickles a FoldedRadialMLP (see its `__reduce__`)."""
+    mlp = FoldedRadialMLP(fc)
+    mlp.training = training
+    return mlp
+
+
+def _blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    return [m for m in model.modules() if hasattr(m, "conv_tp_weights")]
+
+
+def fold_radial_mlps(model: torch.nn.Module) -> int:
+    """Swap FoldedRadialMLP into every interaction block whose radial MLP is e3nn's
+    FullyConnectedNet (other radial networks are left as they are), in place; returns how many
+    are folded."""
+    folded = 0
+    for block in _blocks(model):
+        if type(block.conv_tp_weights) is FullyConnectedNet:
+            block.conv_tp_weights = FoldedRadialMLP(block.conv_tp_weights)
+        folded += isinstance(block.conv_tp_weights, FoldedRadialMLP)
+    return folded
+
+
+def unfold_radial_mlps(model: torch.nn.Module) -> torch.nn.Module:
+    """Put the original FullyConnectedNets back (the inverse of `fold_radial_mlps`), in place."""
+    for block in _blocks(model):
+        if isinstance(block.conv_tp_weights, FoldedRadialMLP):
+            block.conv_tp_weights = block.conv_tp_weights.restore()
+    return model
