@@ -123,16 +123,16 @@ def test_weak_fit_is_refused_with_the_reason():
     model = fit_cost_model(noise, "baseline", column="step_s")
     assert model.r2 < 0.5
     validation = pd.DataFrame({"variant": ["baseline"], "validated_on": ["d/r2"],
-                               "epoch_rel_error": [0.05]})
+                               "validation_error": [0.05], "validated_by": ["wall time"]})
     judged = verdict(model, validation, min_r2=0.95, max_error=0.15)
     assert not judged["supported"]
     assert judged["unsupported_reason"] == f"calibration fit R² {model.r2:.3f} < 0.95"
     good = fit_cost_model(calibration_points(noise=0.01), "baseline", column="step_cpu_s")
     assert verdict(good, validation, 0.95, 0.15)["supported"]
-    off = validation.assign(epoch_rel_error=[-0.3])
+    off = validation.assign(validation_error=[-0.3])
     judged = verdict(good, off, 0.95, 0.15)
     assert not judged["supported"] and judged["worst_validation_error"] == pytest.approx(0.3)
-    assert "worst cell epoch-time error 30.0% (d/r2) > 15%" in judged["unsupported_reason"]
+    assert "worst cell error 30.0% (d/r2, wall time) > 15%" in judged["unsupported_reason"]
 
 
 def epoch_of(law, schedule) -> float:
@@ -196,10 +196,24 @@ def test_validation_predicts_cells_from_the_calibration(tmp_path):
     assert table.data_wait_from.tolist() == ["d/r2", "d/r1"]  # cross-rank
     assert np.allclose(table.work_rel_error, 0.0, atol=1e-9)
     assert np.allclose(table.epoch_rel_error, 0.0, atol=1e-9)
+    assert table.validated_by.tolist() == ["wall time"] * 2  # no CPU times in this step log
+    assert table.validation_error.tolist() == table.epoch_rel_error.tolist()
     slower = load_runs([write_run(tmp_path / "slow", "d", "baseline", 1, cost=(0.05, 3e-3,
                                                                                1e-4))])
     off = cross_validate(laws, slower, kernels_of, Network(), 0.0)
     assert off.epoch_rel_error.iloc[0] < -0.1  # a cell slower than the calibration: seen
+    # A contended cell: its compute wall time twice its CPU time, which the law predicts. Its
+    # wall time is no evidence against the law; its CPU time is what it is validated by.
+    folder = write_run(tmp_path / "busy", "d", "baseline", 1)
+    steps = pd.read_csv(folder / "steps.csv")
+    steps = steps.assign(compute_cpu_s=steps.compute_s, compute_s=2 * steps.compute_s,
+                         step_s=steps.step_s + steps.compute_s)
+    steps.to_csv(folder / "steps.csv", index=False)
+    busy = cross_validate(laws, load_runs([folder]), kernels_of, Network(), 0.0).iloc[0]
+    assert busy.contended and busy.compute_wall_cpu == pytest.approx(2.0)
+    assert busy.epoch_rel_error < -0.4 and busy.cpu_rel_error == pytest.approx(0.0, abs=1e-9)
+    assert busy.validated_by == "CPU time (contended cell)" and busy.validation_error == \
+        busy.cpu_rel_error
     with pytest.raises(ValueError, match="no calibration of its compute path 'fused'"):
         cross_validate(laws, load_runs([write_run(tmp_path, "d", "both", 1)]), kernels_of,
                        Network(), 0.0)
