@@ -169,6 +169,7 @@ def prepare_cell(work: Path, env: dict[str, str]) -> Path:
     epochs), built locally so that only the cell goes through Slurm; its config file."""
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     config["datasets"]["mini"].update(scale=0.03, shards=1)
+    config["train"]["repeats"] = 1  # one run: the repeats are tested locally (test_train_repeats)
     settings = config["train"].setdefault("settings", {})
     settings.update(epochs=2, progress=False, threads=1)
     settings.setdefault("model", {}).update(TINY_MODEL)
