@@ -299,7 +299,8 @@ def two_paths(mace: pd.DataFrame, fused: pd.DataFrame) -> pd.DataFrame:
 def test_cli_writes_tables_with_bands_and_cases(tmp_path):
     calibration = two_paths(calibration_points(noise=0.02, seed=1),
                             calibration_points((0.04, 1e-3, 5e-5), noise=0.02, seed=2))
-    out = simulate(tmp_path, calibration)
+    # a loaded calibration: wall time 1.5x the CPU time, which is what the laws are fitted on
+    out = simulate(tmp_path, calibration.assign(step_s=1.5 * calibration.step_cpu_s))
     strong = pd.read_csv(out / "strong.csv").set_index(["variant", "ranks"])
     ranks = (1, 2, 16, 64, 740)
     assert set(strong.index) == {(v, r) for v in ("baseline", "kernel", "both") for r in ranks}
@@ -331,6 +332,7 @@ def test_cli_writes_tables_with_bands_and_cases(tmp_path):
                  / strong.loc[("both", 740), "epoch_s_low"])
     assert row == f"| speedup at 740 ranks (x) | 6 | {speedup:.3g} | {low:.3g} – {high:.3g} |"
     assert "Unsupported" not in text and "Assumptions" in text
+    assert "its median wall/CPU ratio 1.50" in text
 
 
 def test_cli_refuses_a_weak_fit_in_tables_and_paper(tmp_path):
