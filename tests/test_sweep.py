@@ -152,3 +152,14 @@ def test_calibration_times_both_compute_paths(store):
         cli.run(parser.parse_args(["calibrate", "--graphs", str(store / "graphs"), "--split",
                                    str(store / "split.npz"), "--output", str(out),
                                    "--dtypes", "float64"]))
+
+
+def test_calibration_fails_when_a_path_times_nothing(store):
+    from cfmtrain.graphs.store import GraphStore
+    from cfmtrain.sweep.calibrate import calibration_sweep
+
+    train = np.arange(len(GraphStore(store / "graphs")))
+    with pytest.raises(RuntimeError, match="calibration of the mace path .baseline.: no batch "
+                                           "was timed; first: error"):
+        calibration_sweep(GraphStore(store / "graphs"), str(store / "split.npz"), train,
+                          [3, 108, 216], ["model.no_such_key=1"], 1, 1)

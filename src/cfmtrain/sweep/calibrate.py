@@ -68,5 +68,8 @@ def calibration_sweep(store, split: str, train: np.ndarray, targets: list[int],
         for row in series:
             print(f"  {kernels:5s} {row['pool']:6s} {row['atoms']:5d} atoms {row['edges']:6d} "
                   f"edges: {row['status']} {row.get('step_s', float('nan')):.3f} s", flush=True)
+        if not any(row["status"] == "ok" for row in series):
+            raise RuntimeError(f"calibration of the {kernels} path ({variant}): no batch was "
+                               f"timed; first: {series[0]['status']} {series[0].get('error')}")
         rows += series
     return pd.DataFrame(rows).reindex(columns=COLUMNS)
