@@ -38,7 +38,7 @@ def test_tiny_pipeline_builds_graphs_and_stats(tmp_path):
     assert "liquid_water" in table and "| total |" in table
     check_table3(pd.read_csv(tmp_path / "results/stats/mini/table3.csv"), store)
     for suffix in (".png", ".pdf"):
-        assert (tmp_path / f"results/figures/fig05_mini_sizes{suffix}").stat().st_size > 1000
+        assert (tmp_path / f"results/figures/fig05_sizes_mini{suffix}").stat().st_size > 1000
 
 
 def check_table3(table: pd.DataFrame, store: GraphStore) -> None:

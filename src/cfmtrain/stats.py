@@ -1,4 +1,5 @@
-"""`cfmtrain stats`: the data set's Table 3 (per-subset sizes) and Figure 5 (size distributions).
+"""`cfmtrain stats`: the data set's Table 3 (per-subset sizes); its Figure 5 is
+`cfmtrain figure fig05_sizes`.
 
 Reads only the per-graph table of a GraphStore, never the arrays.
 """
@@ -48,38 +49,6 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_sizes(num_atoms: np.ndarray, num_edges: np.ndarray, subsets: np.ndarray,
-               names: list[str], title: str, path: Path) -> None:
-    """Figure 5: atoms and edges per graph, one box per subset, log scale; PNG and PDF."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    present = [(sid, n) for sid, n in enumerate(names) if (subsets == sid).any()]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(present) + 2), sharey=True)
-    for ax, values, label in ((axes[0], num_atoms, "atoms per graph"),
-                              (axes[1], num_edges, "edges per graph (4.5 Å cutoff)")):
-        data = [values[subsets == sid] for sid, _ in present]
-        ax.boxplot(data, vert=False, whis=(0, 100), widths=0.6)
-        for row, d in enumerate(data, start=1):
-            jitter = np.random.default_rng(row).uniform(-0.2, 0.2, len(d))
-            ax.scatter(d, row + jitter, s=4, alpha=0.35, label=f"{len(d)} graphs" if row == 1
-                       else None)
-        ax.set_xscale("log")
-        ax.set_xlabel(f"{label} (count, log scale)")
-        ax.grid(axis="x", alpha=0.3)
-    axes[0].set_yticks(range(1, len(present) + 1), [n for _, n in present])
-    axes[0].set_ylabel("subset")
-    axes[0].legend(["graphs (one dot each)"], loc="lower right", fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    for suffix in (".png", ".pdf"):
-        with atomic_path(path.with_suffix(suffix)) as tmp:
-            fig.savefig(tmp, dpi=130, format=suffix[1:])
-    plt.close(fig)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `cfmtrain stats`."""
     parser.add_argument("--graphs", type=Path, nargs="+", required=True,
@@ -87,11 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", required=True, help="data set name for titles")
     parser.add_argument("--csv", type=Path, required=True)
     parser.add_argument("--markdown", type=Path, required=True)
-    parser.add_argument("--figure", type=Path, required=True, help="Figure 5 PNG (PDF beside)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write Table 3 (CSV, Markdown) and Figure 5."""
+    """Write Table 3 (CSV, Markdown)."""
     from cfmtrain.graphs.store import GraphStore
 
     store = GraphStore(args.graphs)
@@ -102,8 +70,6 @@ def run(args: argparse.Namespace) -> int:
         table.to_csv(tmp, index=False)
     with atomic_path(args.markdown) as tmp:
         tmp.write_text(f"# Table 3 for `{args.name}`\n\n{markdown(table)}")
-    plot_sizes(store.num_atoms, store.num_edges, store.subsets, store.subset_names,
-               f"Figure 5: graph sizes of `{args.name}` by subset", args.figure)
     print(markdown(table))
     return 0
 

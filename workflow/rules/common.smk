@@ -163,7 +163,7 @@ def stats_targets():
         f"results/stats/{d}/{name}"
         for d in config["targets"]
         for name in ("table3.csv", "table3.md")
-    ] + [f"results/figures/fig05_{d}_sizes.png" for d in config["targets"]]
+    ] + [f"results/figures/fig05_sizes_{d}.png" for d in config["targets"]]
 
 
 def balance_targets():
@@ -171,7 +171,7 @@ def balance_targets():
         f"results/balance/{d}/{name}"
         for d in config["targets"]
         for name in ("packing.csv", "packing.md")
-    ] + [f"results/figures/fig12_{d}_graphs_per_rank.png" for d in config["targets"]]
+    ] + [f"results/figures/fig12_graphs_per_rank_{d}.png" for d in config["targets"]]
 
 
 def bench_targets():

@@ -62,12 +62,11 @@ def simulate_args(wildcards):
 
 # --- figures.smk
 def figure_targets():
-    names = ["fig06_ablation", "fig07_strong_scaling", "fig08_speedup", "fig09_loss",
-             "fig10_weak_scaling", "fig11_batch_size", "fig11_capacity", "fig13_straggler",
-             "fig07_strong_scaling_simulated", "fig08_speedup_simulated",
-             "fig10_weak_scaling_simulated"]
+    """Every figure of `figures` (not the per-data-set Figures 5 and 12: see stats_targets and
+    balance_targets), its table and its images, and the kernel benchmark figure."""
     kernels = f"results/figures/fig_kernels_{config['bench']['preset']}.png"  # bench_kernels
-    return [f"results/figures/{n}.{ext}" for n in names for ext in ("png", "pdf")] + [kernels]
+    return [f"results/figures/{n}.{ext}" for n in FIGURE_INPUTS
+            for ext in ("csv", "png", "pdf")] + [kernels]
 
 
 def cell(dataset, variant, ranks):
@@ -102,27 +101,27 @@ def simulated_table(name):
     return f"results/simulate/{s['dataset']}/{s['distribution']}/{name}.csv"
 
 
+# figure name (rule, files, caption, `cfmtrain figure`) -> its inputs
 FIGURE_INPUTS = {
-    "fig06_ablation": ("ablation", sizes_cells),
-    "fig07_strong_scaling": ("strong-scaling", scaling_cells),
-    "fig08_speedup": ("speedup", scaling_cells),
-    "fig09_loss": ("loss", pair_cells),
-    "fig10_weak_scaling": ("weak-scaling", sizes_cells),
-    "fig11_batch_size": ("batch-size", lambda wc: [sweep_table("batch") + ".csv"]),
-    "fig11_capacity": ("capacity", lambda wc: [sweep_table("capacity") + ext
-                                               for ext in (".csv", ".json")]),
-    "fig13_straggler": ("straggler", pair_cells),
-    "fig07_strong_scaling_simulated": ("strong-scaling-simulated",
-                                       lambda wc: [simulated_table("strong")]),
-    "fig08_speedup_simulated": ("speedup-simulated", lambda wc: [simulated_table("strong")]),
-    "fig10_weak_scaling_simulated": ("weak-scaling-simulated",
-                                     lambda wc: [simulated_table("weak")]),
+    "fig06_ablation": sizes_cells,
+    "fig07_strong_scaling": scaling_cells,
+    "fig08_speedup": scaling_cells,
+    "fig09_loss": pair_cells,
+    "fig10_weak_scaling": sizes_cells,
+    "fig11_batch_size": lambda wc: [sweep_table("batch") + ".csv"],
+    "fig11_capacity": lambda wc: [sweep_table("capacity") + ext for ext in (".csv", ".json")],
+    "fig13_straggler": pair_cells,
+    "fig07_strong_scaling_simulated": lambda wc: [simulated_table("strong")],
+    "fig08_speedup_simulated": lambda wc: [simulated_table("strong")],
+    "fig10_weak_scaling_simulated": lambda wc: [simulated_table("weak")],
 }
 
 
-def figure_caption_path(figure):
-    """workflow/report/figNN.rst, figNN_simulated.rst, or fig11_capacity.rst."""
-    number = figure.split("_")[0]
-    if figure.endswith("_simulated"):
-        return f"../report/{number}_simulated.rst"
-    return f"../report/{'fig11_capacity' if figure == 'fig11_capacity' else number}.rst"
+def fig12_layout_args(wildcards):
+    """Figure 12's options of `cfmtrain figure`, from config `balance` (as balance_report)."""
+    b = config["balance"]
+    f = b["figure"]
+    return command("--capacity", b["capacity"], "--measure", b["measure"], "--a", b["a"],
+                   "--b", b["b"], "--seed", b["seed"], "--oversize", b["oversize"],
+                   "--ranks", f["ranks"], "--steps", f["steps"],
+                   "--graphs-per-batch", f["graphs_per_batch"])

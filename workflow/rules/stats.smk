@@ -1,4 +1,4 @@
-# Data set statistics: the paper's Table 3 and Figure 5 for each data set.
+# Data set statistics: the paper's Table 3 for each data set (its Figure 5: figures.smk).
 
 
 rule stats_dataset:
@@ -7,11 +7,6 @@ rule stats_dataset:
     output:
         csv="results/stats/{dataset}/table3.csv",
         md="results/stats/{dataset}/table3.md",
-        fig=report(
-            "results/figures/fig05_{dataset}_sizes.png",
-            caption="../report/fig05.rst",
-            category="Data",
-        ),
     log:
         "logs/stats/{dataset}.log",
     params:
@@ -20,4 +15,4 @@ rule stats_dataset:
         "../../envs/cfmtrain.yaml"
     shell:
         "python -m cfmtrain stats --graphs {params.graphs:q} --name {wildcards.dataset:q}"
-        " --csv {output.csv:q} --markdown {output.md:q} --figure {output.fig:q} > {log:q} 2>&1"
+        " --csv {output.csv:q} --markdown {output.md:q} > {log:q} 2>&1"

@@ -1,5 +1,6 @@
 """`cfmtrain balance`: the packing-quality table (CSV, Markdown) of every strategy for a data
-set, and Figure 12. Reads only the graph store's per-graph size table.
+set (its Figure 12 is `cfmtrain figure fig12_graphs_per_rank`). Reads only the graph store's
+per-graph size table.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ import pandas as pd
 
 from cfmtrain.atomic import atomic_path
 from cfmtrain.balance.costs import MEASURES, graph_costs
-from cfmtrain.balance.figure import plot_figure12
 from cfmtrain.balance.metrics import plan_metrics, repeated_fraction
-from cfmtrain.balance.strategies import STRATEGIES, algorithm1, fixed_count
+from cfmtrain.balance.strategies import STRATEGIES
 
 # (row label, strategy, seeded, options): the paper's deterministic Algorithm 1 alone; with our
 # refinements (kernels/balance/refine.h, rebalance.h: they act only where Algorithm 1 misses the
@@ -70,11 +70,9 @@ def markdown(table: pd.DataFrame, title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(sizes: np.ndarray, subsets: np.ndarray, names: list[str], *, capacity: float,
-                 ranks: list[int], seed: int, unit: str, dataset: str, csv: Path,
-                 markdown_path: Path, figure: Path | None, figure_ranks: int = 8,
-                 figure_steps: int = 2, figure_batch: int = 4, oversize: str = "error") -> None:
-    """Table (CSV, Markdown) and Figure 12 for one size array."""
+def write_report(sizes: np.ndarray, *, capacity: float, ranks: list[int], seed: int, unit: str,
+                 dataset: str, csv: Path, markdown_path: Path, oversize: str = "error") -> None:
+    """The table (CSV, Markdown) for one size array."""
     table = packing_table(sizes, capacity, ranks, seed, oversize)
     with atomic_path(csv) as tmp:
         table.to_csv(tmp, index=False)
@@ -82,13 +80,6 @@ def write_report(sizes: np.ndarray, subsets: np.ndarray, names: list[str], *, ca
     with atomic_path(markdown_path) as tmp:
         tmp.write_text(markdown(table, title))
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    if figure is not None:
-        fixed = fixed_count(sizes, capacity, figure_ranks, seed=seed, graphs_per_batch=figure_batch)
-        balanced = algorithm1(sizes, capacity, figure_ranks, oversize=oversize, refine=False)
-        plot_figure12(fixed, balanced, sizes, subsets, names, capacity=capacity, unit=unit,
-                      steps=figure_steps, path=figure,
-                      title=f"Figure 12 ({dataset}): graphs per rank per step, "
-                            f"{figure_ranks} ranks")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,27 +95,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="shuffling seed")
     parser.add_argument("--oversize", choices=["error", "own_bin"], default="error",
                         help="graphs above the capacity: fail, or a bin of their own")
-    parser.add_argument("--figure-ranks", type=int, default=8, help="ranks drawn in Figure 12")
-    parser.add_argument("--figure-steps", type=int, default=2, help="steps drawn in Figure 12")
-    parser.add_argument("--figure-batch", type=int, default=4,
-                        help="graphs per batch of the fixed-count panel (paper: 4)")
     parser.add_argument("--csv", type=Path, required=True)
     parser.add_argument("--markdown", type=Path, required=True)
-    parser.add_argument("--figure", type=Path, default=None, help="Figure 12 PNG (+ PDF beside)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Read the store's size table, write the table and the figure."""
+    """Read the store's size table, write the table."""
     from cfmtrain.graphs.store import GraphStore
 
     store = GraphStore(args.graphs if len(args.graphs) > 1 else args.graphs[0])
     sizes = graph_costs(store.num_atoms, store.num_edges, args.measure, args.a, args.b)
     unit = {"atoms": "atoms", "edges": "edges"}.get(args.measure,
                                                      f"cost {args.a:g}·atoms + {args.b:g}·edges")
-    write_report(sizes, np.asarray(store.subsets), list(store.subset_names),
-                 capacity=args.capacity, ranks=args.ranks, seed=args.seed, unit=unit,
+    write_report(sizes, capacity=args.capacity, ranks=args.ranks, seed=args.seed, unit=unit,
                  dataset=args.name or args.graphs[0].name, csv=args.csv,
-                 markdown_path=args.markdown, figure=args.figure, figure_ranks=args.figure_ranks,
-                 figure_steps=args.figure_steps, figure_batch=args.figure_batch,
-                 oversize=args.oversize)
+                 markdown_path=args.markdown, oversize=args.oversize)
     return 0

@@ -22,6 +22,7 @@ VARIANT_LABELS = {
 VARIANT_COLORS = {"baseline": "tab:gray", "matched": "tab:brown", "balancer": "tab:blue",
                   "kernel": "tab:orange", "both": "tab:green"}
 SIMULATED_NOTE = "SIMULATED (cost model fitted on this machine's runs; not measured)"
+CONTENDED_NOTE = "contended cell (summary.json): re-measure with --forcerun"
 
 
 def ordered(variants) -> list[str]:
@@ -42,6 +43,28 @@ def mark_simulated(fig: plt.Figure) -> None:
     """A visible banner so that a simulated figure is never mistaken for a measured one."""
     fig.text(0.5, 1.0, SIMULATED_NOTE, ha="center", va="bottom", fontsize=9, color="tab:red",
              weight="bold")
+
+
+def contended_handle(hatched: bool = False):
+    """The legend entry of contended cells: a hatched patch (bars) or a red ring (lines)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    if hatched:
+        return Patch(facecolor="white", edgecolor="black", hatch="//")
+    return Line2D([], [], ls="", marker="o", ms=11, mfc="none", mec="tab:red", mew=1.5)
+
+
+def mark_contended(ax: plt.Axes, x, y) -> None:
+    """Red rings around the points of contended cells."""
+    ax.plot(x, y, ls="", marker="o", ms=11, mfc="none", mec="tab:red", mew=1.5)
+
+
+def mark_unsupported(ax: plt.Axes, reason: str) -> None:
+    """The statement a simulated figure makes instead of a headline when its fit is too weak."""
+    ax.text(0.5, 0.5, f"unsupported: fit too weak — {reason}", transform=ax.transAxes,
+            ha="center", va="center", wrap=True, fontsize=10, color="tab:red", weight="bold",
+            bbox={"facecolor": "white", "edgecolor": "tab:red", "alpha": 0.9})
 
 
 def save(fig: plt.Figure, output: str | Path) -> list[Path]:

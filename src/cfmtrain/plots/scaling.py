@@ -1,6 +1,7 @@
-"""Figures 7, 8 and 10: strong scaling, speedup over the baseline, and weak scaling, from measured
-runs (summary.json) or from the simulator's tables (marked simulated).
-"""
+"""Figures 7, 8 and 10 (strong scaling, speed-up over the baseline, weak scaling), each drawn
+from its table: measured cells (cells.py; error bars from the repeats' min and max, contended
+cells ringed) or the simulator's rows (simulated.py; the fit's band shaded, marked simulated,
+and a statement instead of the headline when the fit does not support it)."""
 
 from __future__ import annotations
 
@@ -9,82 +10,106 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cfmtrain.plots.common import color, label, mark_simulated, ordered, plt, save
-from cfmtrain.simulate.runs import load_runs
+from cfmtrain.plots.cells import speedup_range
+from cfmtrain.plots.common import (
+    CONTENDED_NOTE,
+    color,
+    contended_handle,
+    label,
+    mark_contended,
+    mark_simulated,
+    mark_unsupported,
+    ordered,
+    plt,
+    save,
+)
+from cfmtrain.plots.simulated import headline, unsupported
+
+MEASURED = ("epoch_time_s", "epoch_time_min_s", "epoch_time_max_s")
+SIMULATED = ("epoch_s", "epoch_s_low", "epoch_s_high")
 
 
-def runs_frame(paths: list[str | Path]) -> pd.DataFrame:
-    """Measured runs as rows: dataset, variant, ranks, epoch_s."""
-    return pd.DataFrame([{"dataset": r.dataset, "variant": r.variant, "ranks": r.ranks,
-                          "epoch_s": r.epoch_time_s} for r in load_runs(paths)])
+def _columns(table: pd.DataFrame) -> tuple[tuple[str, str, str], bool]:
+    return (SIMULATED, True) if "epoch_s" in table else (MEASURED, False)
 
 
-def simulated_frame(path: str | Path) -> pd.DataFrame:
-    """A simulator table (results/simulate/.../strong.csv or weak.csv) keyed like runs_frame."""
-    frame = pd.read_csv(path)
-    missing = {"variant", "ranks", "epoch_s"} - set(frame.columns)
-    if missing:
-        raise ValueError(f"{path}: not a simulator table, missing columns {sorted(missing)}")
-    if "run" in frame and "strategy" in frame:
-        frame = frame[frame.run == frame.variant]  # the variants' own pairing, not the extras
-    return frame.assign(dataset=frame.get("dataset", "simulated"))
+def _spread(ax: plt.Axes, x, mid, low, high, variant: str, simulated: bool) -> None:
+    """The line of a variant with its spread: a shaded band (simulated) or error bars."""
+    if simulated:
+        ax.plot(x, mid, "o-", color=color(variant), label=label(variant))
+        ax.fill_between(x, low, high, color=color(variant), alpha=0.2, lw=0)
+    else:
+        ax.errorbar(x, mid, yerr=[mid - low, high - mid], fmt="o-", capsize=3,
+                    color=color(variant), label=label(variant))
 
 
-def _time_axis(frame: pd.DataFrame) -> tuple[float, str]:
-    return (60.0, "min") if frame.epoch_s.max() > 600 else (1.0, "s")
+def _time_axis(values: pd.Series) -> tuple[float, str]:
+    return (60.0, "min") if values.max() > 600 else (1.0, "s")
 
 
-def strong_scaling(frame: pd.DataFrame, output: str | Path, title: str,
-                   simulated: bool = False) -> list[Path]:
-    """Fig 7: per-epoch time against ranks, one line per variant, with ideal scaling dashed."""
-    div, unit = _time_axis(frame)
+def draw_strong_scaling(table: pd.DataFrame, output: str | Path, title: str) -> list[Path]:
+    """Fig 7: per-epoch time against ranks, one line per variant, ideal scaling dotted."""
+    (mid, low, high), simulated = _columns(table)
+    div, unit = _time_axis(table[high])
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for variant in ordered(frame.variant):
-        rows = frame[frame.variant == variant].sort_values("ranks")
-        ax.plot(rows.ranks, rows.epoch_s / div, "o-", color=color(variant), label=label(variant))
+    for variant in ordered(table.variant):
+        rows = table[table.variant == variant].sort_values("ranks")
+        _spread(ax, rows.ranks, rows[mid] / div, rows[low] / div, rows[high] / div, variant,
+                simulated)
         first = rows.iloc[0]
-        ideal = first.epoch_s * first.ranks / rows.ranks / div
+        ideal = first[mid] * first.ranks / rows.ranks / div
         ax.plot(rows.ranks, ideal, ":", color=color(variant), alpha=0.6)
     ax.plot([], [], "k:", label="ideal (linear) scaling")
-    _log_ranks(ax, frame.ranks)
+    _log_ranks(ax, table.ranks)
     ax.set_yscale("log")
     ax.set_ylabel(f"time per epoch ({unit}, log scale)")
-    return _finish(fig, ax, title, output, simulated)
+    return _finish(fig, ax, table, title, output, mid, div)
 
 
-def speedup(frame: pd.DataFrame, output: str | Path, title: str,
-            simulated: bool = False) -> list[Path]:
-    """Fig 8: per-epoch time of the baseline over each variant's, at each rank count."""
-    base = frame[frame.variant == "baseline"].set_index("ranks").epoch_s
-    if base.empty:
-        raise ValueError(f"{title}: no baseline runs to compare against")
+def draw_speedup(table: pd.DataFrame, output: str | Path, title: str) -> list[Path]:
+    """Fig 8: the baseline's per-epoch time over each variant's, at each rank count."""
+    (mid, _, _), simulated = _columns(table)
+    if simulated:
+        low, high = table.speedup_low, table.speedup_high
+    else:
+        low, high = speedup_range(table)
+    reason = unsupported(table) if simulated else ""
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for variant in ordered(frame.variant):
-        rows = frame[(frame.variant == variant) & frame.ranks.isin(base.index)]
-        rows = rows.sort_values("ranks")
-        ax.plot(rows.ranks, base.loc[rows.ranks].to_numpy() / rows.epoch_s, "o-",
-                color=color(variant), label=label(variant))
-    ax.axhline(1.0, color="k", lw=0.8)
-    _log_ranks(ax, frame.ranks)
+    if not reason:  # a simulated speed-up the fit does not support is not drawn
+        for variant in ordered(table.variant):
+            at = table.variant == variant
+            order = table[at].ranks.argsort().to_numpy()
+            rows = table[at].iloc[order]
+            _spread(ax, rows.ranks, rows.speedup, low[at].iloc[order], high[at].iloc[order],
+                    variant, simulated)
+        ax.axhline(1.0, color="k", lw=0.8)
+    best = headline(table) if simulated else None
+    if best:
+        ax.annotate(f"{best['speedup']:.2f}x at {best['ranks']} ranks\n(fit band "
+                    f"{best['low']:.2f}-{best['high']:.2f}x)",
+                    (best["ranks"], best["speedup"]), textcoords="offset points",
+                    xytext=(-10, 12), ha="right", fontsize=8, weight="bold")
+    _log_ranks(ax, table.ranks)
     ax.set_ylabel("speedup over baseline (x, per-epoch time ratio)")
-    return _finish(fig, ax, title, output, simulated)
+    return _finish(fig, ax, table, title, output, "speedup", 1.0)
 
 
-def weak_scaling(frame: pd.DataFrame, output: str | Path, title: str,
-                 simulated: bool = False) -> list[Path]:
+def draw_weak_scaling(table: pd.DataFrame, output: str | Path, title: str) -> list[Path]:
     """Fig 10: per-epoch time as data set size and ranks grow together, one line per variant."""
-    div, unit = _time_axis(frame)
+    (mid, low, high), simulated = _columns(table)
+    div, unit = _time_axis(table[high])
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for variant in ordered(frame.variant):
-        rows = frame[frame.variant == variant].sort_values("ranks")
-        ax.plot(rows.ranks, rows.epoch_s / div, "o-", color=color(variant), label=label(variant))
-    for ranks, rows in frame.groupby("ranks"):
-        ax.annotate(", ".join(sorted(set(rows.dataset))), (ranks, rows.epoch_s.max() / div),
+    for variant in ordered(table.variant):
+        rows = table[table.variant == variant].sort_values("ranks")
+        _spread(ax, rows.ranks, rows[mid] / div, rows[low] / div, rows[high] / div, variant,
+                simulated)
+    for ranks, rows in table.groupby("ranks"):
+        ax.annotate(", ".join(sorted(set(rows.dataset))), (ranks, rows[high].max() / div),
                     textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
-    _log_ranks(ax, frame.ranks)
+    _log_ranks(ax, table.ranks)
     ax.set_ylim(bottom=0)
     ax.set_ylabel(f"time per epoch ({unit})")
-    return _finish(fig, ax, title, output, simulated)
+    return _finish(fig, ax, table, title, output, mid, div)
 
 
 def _log_ranks(ax: plt.Axes, ranks: pd.Series) -> None:
@@ -94,11 +119,24 @@ def _log_ranks(ax: plt.Axes, ranks: pd.Series) -> None:
     ax.set_xlabel("ranks (GPUs in the paper; CPU processes here), log scale")
 
 
-def _finish(fig: plt.Figure, ax: plt.Axes, title: str, output: str | Path,
-            simulated: bool) -> list[Path]:
+def _finish(fig: plt.Figure, ax: plt.Axes, table: pd.DataFrame, title: str,
+            output: str | Path, y: str, div: float) -> list[Path]:
+    """Title, grid and legend; measured: contended cells ringed; simulated: the banner, and
+    the statement when the fit does not support the numbers."""
+    simulated = "epoch_s" in table
     ax.set_title(("Simulated: " if simulated else "") + title)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    handles, texts = ax.get_legend_handles_labels()
+    if not simulated and table.contended.any():
+        rows = table[table.contended]
+        mark_contended(ax, rows.ranks, rows[y] / div)
+        handles.append(contended_handle())
+        texts.append(CONTENDED_NOTE)
+    if handles:
+        ax.legend(handles, texts, fontsize=8)
     if simulated:
         mark_simulated(fig)
+        reason = unsupported(table)
+        if reason:
+            mark_unsupported(ax, reason)
     return save(fig, output)

@@ -1,8 +1,10 @@
 """Figure 11 (time per step against batch size, small and large molecules, float32 and float64)
-and the bin-capacity figure of section 5.5, from the sweep CSVs under results/sweep/."""
+and the bin-capacity figure of section 5.5: their tables from the sweep CSVs under
+results/sweep/, and the figures drawn from those tables."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -15,27 +17,48 @@ STYLE = {"float32": "-", "float64": "--"}
 
 
 def read_sweep(path: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
-    """A sweep CSV holding `columns`."""
+    """The `columns` of a sweep CSV, in that order."""
     frame = pd.read_csv(path)
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: not a sweep table, missing columns {missing}")
-    return frame
+    return frame[list(columns)]
 
 
-def batch_size(path: str | Path, output: str | Path, title: str) -> list[Path]:
+def batch_size_table(path: str | Path) -> pd.DataFrame:
+    """Figure 11: one row per (molecules, dtype, graphs per batch) of the batch-size sweep."""
+    return read_sweep(path, BATCH_COLUMNS)
+
+
+def capacity_table(path: str | Path, recommendation: str | Path | None = None) -> pd.DataFrame:
+    """Section 5.5: one row per (dtype, capacity) of the capacity sweep, `recommended` true on
+    the capacity of the sweep's recommendation JSON (if given)."""
+    table = read_sweep(path, CAPACITY_COLUMNS)
+    recommended = None
+    if recommendation is not None:
+        try:
+            recommended = json.loads(Path(recommendation).read_text())["recommended_capacity"]
+        except (OSError, ValueError, KeyError) as err:
+            raise ValueError(f"{recommendation}: no recommended_capacity ({err})") from None
+    return table.assign(recommended=table.capacity == recommended)
+
+
+def _oom_marks(ax: plt.Axes, rows: pd.DataFrame, x: str, y: str, colour: str) -> None:
+    """Out-of-memory points as crosses at the top of their series (they have no time)."""
+    ok, oom = rows[rows.status == "ok"], rows[rows.status == "oom"]
+    if not oom.empty and not ok.empty:
+        ax.plot(oom[x], [ok[y].max()] * len(oom), "x", ms=10, mew=2, color=colour)
+
+
+def draw_batch_size(table: pd.DataFrame, output: str | Path, title: str) -> list[Path]:
     """Fig 11: seconds per training step against graphs per batch; out-of-memory points marked."""
-    frame = read_sweep(path, BATCH_COLUMNS)
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for (molecules, dtype), rows in frame.groupby(["molecules", "dtype"], sort=True):
+    for (molecules, dtype), rows in table.groupby(["molecules", "dtype"], sort=True):
         ok = rows[rows.status == "ok"].sort_values("graphs")
         atoms = int(round((ok.atoms / ok.graphs).mean())) if not ok.empty else 0
         line, = ax.plot(ok.graphs, ok.step_s, "o" + STYLE.get(dtype, "-"),
                         label=f"{molecules} molecules (~{atoms} atoms), {dtype}")
-        oom = rows[rows.status == "oom"]
-        if not oom.empty and not ok.empty:
-            ax.plot(oom.graphs, [ok.step_s.max()] * len(oom), "x", ms=10, mew=2,
-                    color=line.get_color())
+        _oom_marks(ax, rows, "graphs", "step_s", line.get_color())
     ax.plot([], [], "kx", label="out of memory")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -47,21 +70,16 @@ def batch_size(path: str | Path, output: str | Path, title: str) -> list[Path]:
     return save(fig, output)
 
 
-def capacity(path: str | Path, output: str | Path, title: str,
-             recommended: int | None = None) -> list[Path]:
+def draw_capacity(table: pd.DataFrame, output: str | Path, title: str) -> list[Path]:
     """Throughput (atoms per second) against bin capacity per dtype, the recommendation marked."""
-    frame = read_sweep(path, CAPACITY_COLUMNS)
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for dtype, rows in frame.groupby("dtype"):
+    for dtype, rows in table.groupby("dtype"):
         ok = rows[rows.status == "ok"].sort_values("capacity")
         line, = ax.plot(ok.capacity, ok.atoms_per_s, "o" + STYLE.get(dtype, "-"), label=dtype)
-        oom = rows[rows.status == "oom"]
-        if not oom.empty and not ok.empty:
-            ax.plot(oom.capacity, [ok.atoms_per_s.max()] * len(oom), "x", ms=10, mew=2,
-                    color=line.get_color())
+        _oom_marks(ax, rows, "capacity", "atoms_per_s", line.get_color())
     ax.plot([], [], "kx", label="out of memory")
-    if recommended:
-        ax.axvline(recommended, color="tab:green", ls=":", label=f"recommended: {recommended}")
+    for capacity in sorted(set(table.capacity[table.recommended])):
+        ax.axvline(capacity, color="tab:green", ls=":", label=f"recommended: {capacity}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("bin capacity (atoms per batch, log scale)")
     ax.set_ylabel("training throughput (atoms/s)")

@@ -1,0 +1,123 @@
+"""The measured training cells behind Figures 6-10 as tidy tables: each cell's median epoch
+time over its repeats with their min and max and its contention flag (summary.json of
+`cfmtrain cell`), and the speed-ups and scaling efficiencies computed from them. A summary of
+a single run without repeats counts as one repeat: min = max = its epoch time, not contended.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from cfmtrain.plots.common import ordered
+from cfmtrain.plots.ratios import baseline_over, strong_efficiency, weak_efficiency
+from cfmtrain.simulate.runs import Run, load_runs
+
+CELL_COLUMNS = ("dataset", "ranks", "variant", "epoch_time_s", "epoch_time_min_s",
+                "epoch_time_max_s", "contended")
+SPEEDUP_COLUMNS = (*CELL_COLUMNS[:-1], "speedup", "contended")  # Figures 6 and 8
+
+
+def cell_row(run: Run) -> dict:
+    """One cell: its median epoch time, min and max over repeats, repeats and contention."""
+    s, where = run.summary, run.folder / "summary.json"
+    median = run.epoch_time_s
+    low = float(s.get("epoch_time_min_s", median))
+    high = float(s.get("epoch_time_max_s", median))
+    if not all(math.isfinite(v) and v > 0 for v in (median, low, high)):
+        raise ValueError(f"{where}: epoch times must be positive numbers, got median {median}, "
+                         f"min {low}, max {high}")
+    if not low <= median <= high:
+        raise ValueError(f"{where}: epoch_time_s {median} is not within its repeats' min "
+                         f"{low} and max {high}")
+    repeats = s.get("repeats")
+    return {"dataset": run.dataset, "ranks": run.ranks, "variant": run.variant,
+            "epoch_time_s": median, "epoch_time_min_s": low, "epoch_time_max_s": high,
+            "contended": bool(s.get("contended", False)),
+            "repeats": len(repeats) if isinstance(repeats, list) else 1}
+
+
+def cells_table(paths: list[str | Path]) -> pd.DataFrame:
+    """One row per cell (run folders or their summary.json), in the given order; the same
+    (data set, variant, ranks) twice is an error."""
+    frame = pd.DataFrame([cell_row(run) for run in load_runs(paths)])
+    twice = frame.duplicated(["dataset", "variant", "ranks"], keep=False)
+    if twice.any():
+        cells = frame.loc[twice, ["dataset", "variant", "ranks"]].drop_duplicates()
+        raise ValueError(f"the same cell given twice: {cells.to_dict('records')}")
+    return frame
+
+
+def _in_order(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Rows grouped by `keys` in first-seen order (none: one group), then by variant in the
+    canonical order, then by ranks."""
+    group = frame.groupby(keys, sort=False).ngroup() if keys else 0
+    rank = {v: k for k, v in enumerate(ordered(frame.variant))}
+    return (frame.assign(_g=group, _v=frame.variant.map(rank))
+            .sort_values(["_g", "_v", "ranks"], kind="stable").drop(columns=["_g", "_v"])
+            .reset_index(drop=True))
+
+
+def speedup_table(cells: pd.DataFrame, figure: str = "speed-up") -> pd.DataFrame:
+    """Figures 6 and 8: the baseline's median epoch time over each variant's, per data set and
+    rank count, groups in input order."""
+    table = _in_order(cells, ["dataset", "ranks"])
+    table["speedup"] = baseline_over(table, "epoch_time_s", "epoch_time_s", figure=figure)
+    return table[list(SPEEDUP_COLUMNS)]
+
+
+def speedup_range(table: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """The error bar of each speed-up from the variant's repeats: the baseline's median over
+    the variant's slowest and fastest repeat."""
+    return (baseline_over(table, "epoch_time_s", "epoch_time_max_s"),
+            baseline_over(table, "epoch_time_s", "epoch_time_min_s"))
+
+
+def strong_scaling_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Figure 7: epoch times by rank count with the strong scaling efficiency, per data set and
+    variant (the reference: its fewest ranks)."""
+    table = _in_order(cells, ["dataset"])
+    table["strong_efficiency"] = strong_efficiency(table, "epoch_time_s")
+    return table[[*CELL_COLUMNS, "strong_efficiency"]]
+
+
+def weak_scaling_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Figure 10: epoch times as data set and ranks grow together, with the weak scaling
+    efficiency per variant (the reference: its fewest ranks)."""
+    table = _in_order(cells, [])
+    table["weak_efficiency"] = weak_efficiency(table, "epoch_time_s")
+    return table[[*CELL_COLUMNS, "weak_efficiency"]]
+
+
+def loss_table(paths: list[str | Path]) -> pd.DataFrame:
+    """Figure 9: training (and validation, where logged) loss per epoch of each run."""
+    frames = []
+    for run in load_runs(paths):
+        epochs = run.epochs()
+        frames.append(pd.DataFrame({
+            "dataset": run.dataset, "variant": run.variant, "ranks": run.ranks,
+            "epoch": epochs.epoch, "train_loss": epochs.train_loss,
+            "valid_loss": epochs.valid_loss if "valid_loss" in epochs else math.nan}))
+    return pd.concat(frames, ignore_index=True)
+
+
+STEP_PARTS = ("compute_s", "optim_s", "wait_s", "allreduce_s", "data_s")
+
+
+def straggler_table(paths: list[str | Path], skip_first_epoch: bool = True) -> pd.DataFrame:
+    """Figure 13: per run and rank, the mean seconds per step of each part (steps.csv, the
+    first epoch left out as warm-up when there are several), and the run's compute share."""
+    frames = []
+    for run in load_runs(paths):
+        steps = run.steps()
+        if skip_first_epoch and steps.epoch.nunique() > 1:
+            steps = steps[steps.epoch != steps.epoch.min()]
+        means = steps.groupby("rank")[list(STEP_PARTS)].mean().fillna(0.0).reset_index()
+        total = means[list(STEP_PARTS)].to_numpy().sum()
+        share = means.compute_s.sum() / total if total else math.nan
+        frames.append(means.assign(dataset=run.dataset, variant=run.variant, ranks=run.ranks,
+                                   compute_share=share))
+    columns = ["dataset", "variant", "ranks", "rank", *STEP_PARTS, "compute_share"]
+    return pd.concat(frames, ignore_index=True)[columns]
