@@ -19,8 +19,8 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "convert": ("cfmtrain.data.convert", "convert a downloaded data set to extxyz shards", False),
     "split": ("cfmtrain.data.split", "write the seeded train/valid/test split", False),
     "graphs": ("cfmtrain.graphs.build", "build radius graphs into an HDF5 shard", False),
-    "stats": ("cfmtrain.stats", "data set statistics: Table 3 and Figure 5", False),
-    "balance": ("cfmtrain.balance.report", "packing-quality table and Figure 12", False),
+    "stats": ("cfmtrain.stats", "data set statistics: Table 3", False),
+    "balance": ("cfmtrain.balance.report", "packing-quality table of every strategy", False),
     "bench": ("cfmtrain.bench.cli", "benchmarks: graphs, balance, kernels, loader, accuracy", True),
     "launch": ("cfmtrain.launch", "run R ranks: srun under Slurm, else torchrun", False),
     "train": ("cfmtrain.train.cli", "data-parallel MACE training (one run)", True),
@@ -30,7 +30,8 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
                        "mace-torch's own mace_run_train", True),
     "sweep": ("cfmtrain.sweep.cli", "batch-size and bin-capacity sweeps", True),
     "simulate": ("cfmtrain.simulate.cli", "cost model and epoch-time simulator", False),
-    "figure": ("cfmtrain.plots.cli", "draw one figure of the paper from results files", False),
+    "figure": ("cfmtrain.plots.cli", "one figure of the paper from results files: its table "
+               "(CSV), then the image", False),
 }
 
 
