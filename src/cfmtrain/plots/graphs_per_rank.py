@@ -59,8 +59,10 @@ def graphs_per_rank_table(graphs: list[str | Path], dataset: str, layout: Layout
                                  "subset": store.subset_names[store.subsets[g]],
                                  "size": float(sizes[g]), "left": left})
                     left += float(sizes[g])
-    return pd.DataFrame(rows).assign(dataset=dataset, capacity=layout.capacity,
-                                     unit=layout.unit)
+    table = pd.DataFrame(rows).assign(dataset=dataset, capacity=layout.capacity,
+                                      unit=layout.unit)
+    return table[["dataset", "panel", "step", "rank", "graph", "subset", "size", "left",
+                  "capacity", "unit"]]
 
 
 def draw_graphs_per_rank(table: pd.DataFrame, output: str | Path, title: str) -> list[Path]:
