@@ -88,7 +88,7 @@ def draw_speedup(table: pd.DataFrame, output: str | Path, title: str) -> list[Pa
         ax.annotate(f"{best['speedup']:.2f}x at {best['ranks']} ranks\n(fit band "
                     f"{best['low']:.2f}-{best['high']:.2f}x)",
                     (best["ranks"], best["speedup"]), textcoords="offset points",
-                    xytext=(-10, 12), ha="right", fontsize=8, weight="bold")
+                    xytext=(-6, -14), ha="right", va="top", fontsize=8, weight="bold")
     _log_ranks(ax, table.ranks)
     ax.set_ylabel("speedup over baseline (x, per-epoch time ratio)")
     return _finish(fig, ax, table, title, output, "speedup", 1.0)
