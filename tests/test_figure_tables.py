@@ -71,6 +71,9 @@ def test_missing_baseline_and_bad_cells_are_named(tmp_path):
     odd = summary(tmp_path, "mini", "kernel", 2, 9.0, (3.0, 5.0))
     with pytest.raises(ValueError, match=r"kernel/r2/summary.json: epoch_time_s 9.0 is not"):
         cells.cells_table([odd])
+    empty = summary(tmp_path, "mini", "balancer", 2, None)  # no epoch trained: written as null
+    with pytest.raises(ValueError, match=r"balancer/r2/summary.json: epoch times must be numbers"):
+        cells.cells_table([empty])
 
 
 def test_strong_scaling_efficiency_is_the_papers_formula(tmp_path):

@@ -23,9 +23,14 @@ SPEEDUP_COLUMNS = (*CELL_COLUMNS[:-1], "speedup", "contended")  # Figures 6 and 
 def cell_row(run: Run) -> dict:
     """One cell: its median epoch time, min and max over repeats, repeats and contention."""
     s, where = run.summary, run.folder / "summary.json"
-    median = run.epoch_time_s
-    low = float(s.get("epoch_time_min_s", median))
-    high = float(s.get("epoch_time_max_s", median))
+    try:
+        median = run.epoch_time_s
+        low = float(s.get("epoch_time_min_s", median))
+        high = float(s.get("epoch_time_max_s", median))
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: epoch times must be numbers, got epoch_time_s "
+                         f"{s.get('epoch_time_s')!r}, min {s.get('epoch_time_min_s')!r}, max "
+                         f"{s.get('epoch_time_max_s')!r}") from None
     if not all(math.isfinite(v) and v > 0 for v in (median, low, high)):
         raise ValueError(f"{where}: epoch times must be positive numbers, got median {median}, "
                          f"min {low}, max {high}")
