@@ -178,13 +178,13 @@ def test_config_values_reach_each_command_line_exactly(tmp_path):
         if "python -m cfmtrain" in line:
             argv = shlex.split(line[line.index("python -m cfmtrain"):])
             commands[argv[3]] = argv[:argv.index(">")]
-    convert, sweep, launch = commands["convert"], commands["sweep"], commands["launch"]
+    convert, sweep, cell = commands["convert"], commands["sweep"], commands["cell"]
     assert convert[convert.index("--input") + 1] == ODD_PATH
     assert convert[convert.index("--energy-key") + 1] == "total energy"
     assert sweep[sweep.index("--small-subset") + 1] == "water clusters;x"
     parser = argparse.ArgumentParser()
     train_cli.add_arguments(parser)  # the cell's own command line, read as `cfmtrain train`
-    args = parser.parse_args(launch[launch.index("train") + 1:])
+    args = parser.parse_args(cell[cell.index("train") + 1:])
     cfg = load_config(args.config, args.overrides)
     assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.gamma) == (1e-4, 5e-7, 0.1)
     assert (cfg.model.init_model, cfg.model.hidden_irreps, cfg.train_fraction) == (
