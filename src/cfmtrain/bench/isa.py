@@ -3,8 +3,9 @@
 The fused rows of a `cfmtrain bench kernels` preset, each configuration run once per ISA variant
 in turn, for a few rounds: every run is a subprocess with CFMTRAIN_CPU_ARCH naming its variant,
 which reports the variant it loaded. The CSV has a row per configuration and variant: the median
-over rounds of each round's median seconds, the speedup against the generic build, and the
-largest difference of the results from the generic build's (relative to their norm).
+over rounds of each round's median seconds (wall and CPU), the speedups against the generic build
+(CPU seconds move less than wall ones on a shared machine), and the largest difference of the
+results from the generic build's (relative to their norm).
 
     python -m cfmtrain.bench.isa --preset quick   # -> results/bench/isa_quick.csv
 """
@@ -25,7 +26,8 @@ from cfmtrain.kernels import isa
 from cfmtrain.malloc_env import MALLOC_ENV
 
 COLUMNS = ["op", "model", "atoms", "edges", "dtype", "pass", "variant", "median_s", "min_s",
-           "median_cpu_s", "rounds", "reps", "speedup_vs_generic", "max_rel_diff_vs_generic"]
+           "median_cpu_s", "rounds", "reps", "speedup_vs_generic", "cpu_speedup_vs_generic",
+           "max_rel_diff_vs_generic"]
 
 
 def built_variants() -> list[str]:
@@ -83,8 +85,9 @@ def _summarise(runs: dict[tuple[int, str], list[dict]], configs: list[dict]) -> 
                  for (i, variant), results in runs.items() if i == index]
         generic = next((r for r in group if r["variant"] == isa.GENERIC), None)
         for row in group:
-            row["speedup_vs_generic"] = (generic["median_s"] / row["median_s"] if generic
-                                         else float("nan"))
+            for col, key in (("speedup_vs_generic", "median_s"),
+                             ("cpu_speedup_vs_generic", "median_cpu_s")):
+                row[col] = generic[key] / row[key] if generic else float("nan")
             row["max_rel_diff_vs_generic"] = _rel_diff(row, generic) if generic else float("nan")
         rows += group
     return rows
