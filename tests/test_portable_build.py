@@ -192,3 +192,20 @@ def test_a_library_not_built_is_named(monkeypatch):
     monkeypatch.setenv(isa.ENV, "generic")
     with pytest.raises(ImportError, match=r"cfmtrain\._ops_missing is not built: run"):
         load_ops("cfmtrain._ops_missing")
+
+
+def test_bench_isa_compares_each_variant_with_generic():
+    """bench isa's table: medians over rounds, speedups and result differences against generic."""
+    from cfmtrain.bench.isa import _summarise
+
+    config = {"op": "conv", "atoms": 8}
+    prints = {"generic": {"out": [2.0, 1.0]}, "avx2": {"out": [2.0, 1.002]}}
+    runs = {(0, v): [{"edges": 10, "median_s": t, "min_s": t / 2, "median_cpu_s": 2 * t,
+                      "fingerprint": prints[v]} for t in times]
+            for v, times in (("generic", [4.0, 6.0, 5.0]), ("avx2", [1.0, 3.0, 2.0]))}
+    rows = {r["variant"]: r for r in _summarise(runs, [config])}
+    assert rows["generic"]["median_s"] == 5.0 and rows["avx2"]["median_s"] == 2.0
+    assert rows["avx2"]["min_s"] == 0.5 and rows["avx2"]["rounds"] == 3
+    assert rows["avx2"]["speedup_vs_generic"] == rows["avx2"]["cpu_speedup_vs_generic"] == 2.5
+    assert rows["generic"]["speedup_vs_generic"] == 1.0
+    assert rows["avx2"]["max_rel_diff_vs_generic"] == pytest.approx(0.001)

@@ -7,7 +7,7 @@ over rounds of each round's median seconds (wall and CPU), the speedups against 
 (CPU seconds move less than wall ones on a shared machine), and the largest difference of the
 results from the generic build's (relative to their norm).
 
-    python -m cfmtrain.bench.isa --preset quick   # -> results/bench/isa_quick.csv
+    cfmtrain bench isa --preset quick --rounds 2   # -> results/bench/isa_quick.csv
 """
 
 from __future__ import annotations
@@ -131,8 +131,4 @@ def child(config: dict) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 2 and sys.argv[1].startswith("{"):
-        sys.exit(child(json.loads(sys.argv[1])))
-    main_parser = argparse.ArgumentParser(prog="python -m cfmtrain.bench.isa")
-    add_arguments(main_parser)
-    sys.exit(run(main_parser.parse_args()))
+    sys.exit(child(json.loads(sys.argv[1])))
