@@ -178,6 +178,8 @@ def test_choose_by_cpu_flags_and_switch():
     assert isa.choose(library, v3, env={}) == (built_variants(library) or ["generic"])[0]
     with pytest.raises(RuntimeError, match=r"CFMTRAIN_CPU_ARCH=avx2: this CPU lacks bmi2 fma"):
         isa.choose(library, v3 - {"fma", "bmi2"}, env={isa.ENV: "avx2"})
+    with pytest.warns(UserWarning, match=r"cfmtrain\._ops_missing_avx2 is not built: using"):
+        assert isa.choose("cfmtrain._ops_missing", v3, env={}) == "generic"
 
 
 def test_cpu_flags_from_a_cpuinfo_file(tmp_path):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import warnings
 from pathlib import Path
 
 ENV = "CFMTRAIN_CPU_ARCH"
@@ -83,7 +84,8 @@ def module_name(name: str, variant: str) -> str:
 def choose(name: str, flags: frozenset[str] | None = None,
            env: dict[str, str] | None = None) -> str:
     """The variant of op library `name` to load: the one CFMTRAIN_CPU_ARCH names, else the most
-    tuned one that is built and that the CPU (`flags`, default /proc/cpuinfo's) supports."""
+    tuned one that is built and that the CPU (`flags`, default /proc/cpuinfo's) supports (a
+    warning when the CPU supports one that is not built)."""
     setting = arch_setting(env)
     if setting == GENERIC:
         return GENERIC
@@ -93,9 +95,14 @@ def choose(name: str, flags: frozenset[str] | None = None,
         if missing:
             raise RuntimeError(f"{ENV}={setting}: this CPU lacks {' '.join(sorted(missing))}")
         return setting
-    for variant in supported_variants(flags):
+    supported = supported_variants(flags)
+    for variant in supported:
         if importlib.util.find_spec(module_name(name, variant)) is not None:
             return variant
+    if supported:
+        warnings.warn(f"{module_name(name, supported[0])} is not built: using the generic "
+                      f"{name}, which is slower on this CPU; rebuild with `python setup.py "
+                      f"build_ext --inplace`, or set {ENV}=generic to choose it", stacklevel=3)
     return GENERIC
 
 
