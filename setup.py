@@ -1,10 +1,16 @@
 """Builds the compiled parts under kernels/ into the cfmtrain package.
 
 kernels/balance/*.cpp -> cfmtrain._balance (pybind11, no torch);
-kernels/<op>.cpp + kernels/cpu/<op>_cpu*.cpp -> cfmtrain._ops_<op> (torch custom ops, OpenMP);
-kernels/cuda/<op>_cuda*.cu joins it only when torch was built with CUDA and nvcc is present.
+kernels/<op>.cpp + kernels/cpu/<op>_cpu*.cpp -> cfmtrain._ops_<op> (torch custom ops, OpenMP),
+built for the compiler's default target and, on x86-64, also as cfmtrain._ops_<op>_<variant> per
+tuned ISA variant (src/cfmtrain/kernels/isa.py; CFMTRAIN_CPU_ARCH=generic builds none);
+kernels/cuda/<op>_cuda*.cu joins the generic one only when torch was built with CUDA and nvcc is
+present.
 """
 
+import os
+import platform
+import runpy
 from glob import glob
 
 import torch
@@ -12,7 +18,8 @@ from pybind11.setup_helpers import Pybind11Extension
 from setuptools import setup
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
-OPT = ["-O3", "-march=x86-64-v3", "-fopenmp"]
+OPT = ["-O3", "-fopenmp"]
+tuned = runpy.run_path("src/cfmtrain/kernels/isa.py")["build_variants"](platform.machine())
 
 ext_modules = []
 balance_sources = sorted(glob("kernels/balance/*.cpp"))
@@ -22,21 +29,39 @@ if balance_sources:
                           extra_compile_args=["-O3"])
     )
 
-# One torch extension per op (kernels/<op>.cpp + kernels/cpu/<op>_cpu.cpp [+ cuda/<op>_cuda.cu]):
-# each op builds, fails and reloads on its own; ops register with TORCH_LIBRARY_FRAGMENT.
+
+
+class BuildPerExtension(BuildExtension):
+    """torch's BuildExtension with each extension's objects in its own directory: the ISA
+    variants compile the same sources with different flags."""
+
+    def build_extension(self, ext):
+        shared = self.build_temp
+        self.build_temp = os.path.join(shared, ext.name)
+        try:
+            super().build_extension(ext)
+        finally:
+            self.build_temp = shared
+
+
+# One torch extension per op and ISA variant (kernels/<op>.cpp + kernels/cpu/<op>_cpu.cpp
+# [+ cuda/<op>_cuda.cu]): each op builds, fails and reloads on its own; ops register with
+# TORCH_LIBRARY_FRAGMENT, so a process loads one variant of each (cfmtrain.kernels.isa).
 use_cuda = torch.version.cuda is not None and CUDA_HOME is not None
 for entry in sorted(glob("kernels/*.cpp")):
     op = entry.removeprefix("kernels/").removesuffix(".cpp")
     sources = [entry] + sorted(glob(f"kernels/cpu/{op}_cpu*.cpp"))
     cuda = sorted(glob(f"kernels/cuda/{op}_cuda*.cu")) if use_cuda else []
-    if cuda:
-        ext_modules.append(CUDAExtension(
-            f"cfmtrain._ops_{op}", sources + cuda, include_dirs=["kernels"],
-            define_macros=[("CFMTRAIN_WITH_CUDA", "1")],
-            extra_compile_args={"cxx": OPT, "nvcc": ["-O3"]}, extra_link_args=["-fopenmp"]))
-    else:
-        ext_modules.append(CppExtension(
-            f"cfmtrain._ops_{op}", sources, include_dirs=["kernels"],
-            extra_compile_args=OPT, extra_link_args=["-fopenmp"]))
+    for variant, flags in [("", [])] + [(f"_{v}", f) for v, f in tuned.items()]:
+        if cuda:
+            ext_modules.append(CUDAExtension(
+                f"cfmtrain._ops_{op}{variant}", sources + cuda, include_dirs=["kernels"],
+                define_macros=[("CFMTRAIN_WITH_CUDA", "1")],
+                extra_compile_args={"cxx": OPT + flags, "nvcc": ["-O3"]},
+                extra_link_args=["-fopenmp"]))
+        else:
+            ext_modules.append(CppExtension(
+                f"cfmtrain._ops_{op}{variant}", sources, include_dirs=["kernels"],
+                extra_compile_args=OPT + flags, extra_link_args=["-fopenmp"]))
 
-setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildExtension})
+setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildPerExtension})

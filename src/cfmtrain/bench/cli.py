@@ -15,6 +15,7 @@ BENCHMARKS = {
     "kernels": "cfmtrain.bench.kernels",
     "accuracy": "cfmtrain.bench.accuracy",
     "loader": "cfmtrain.bench.loader",
+    "isa": "cfmtrain.bench.isa",
 }
 
 

@@ -13,15 +13,22 @@ import warnings
 
 import torch
 
+from cfmtrain.kernels import isa
+
 
 def load_ops(name: str) -> None:
-    """Load a compiled op library (a torch extension without a Python module init), or say
-    how to build it."""
-    spec = importlib.util.find_spec(name)
+    """Load a compiled op library (a torch extension without a Python module init) once, in the
+    variant for this CPU (kernels/isa.py), or say how to build it."""
+    if isa.loaded(name) is not None:
+        return
+    variant = isa.choose(name)
+    module = isa.module_name(name, variant)
+    spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
-        raise ImportError(f"{name} is not built: run `python setup.py build_ext --inplace` "
+        raise ImportError(f"{module} is not built: run `python setup.py build_ext --inplace` "
                           "in the repository (or reinstall cfmtrain)")
     torch.ops.load_library(spec.origin)
+    isa.record(name, variant)
 
 
 CPU_FUSED = "cpu-fused"
