@@ -20,6 +20,7 @@ import pytest
 import torch
 from test_train_units import TINY
 
+from cfmtrain.kernels import isa
 from cfmtrain.train import cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,6 +61,7 @@ def test_outputs(full_run):
     prov = summary["provenance"]
     assert prov["dtype"] == "float32" and prov["threads"] == 1
     assert "cpu-fused" in prov["kernel_backend"] and prov["packages"]["mace-torch"]
+    assert prov["cpu_variant"] in {"generic", *isa.VARIANTS}  # the op libraries' build it ran
     epochs = (full_run / "epochs.csv").read_text().splitlines()
     assert len(epochs) == 3
     assert summary["epoch_time_s"] == pytest.approx(float(epochs[2].split(",")[1]))

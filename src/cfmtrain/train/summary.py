@@ -1,5 +1,5 @@
 """Run outputs written by rank 0: steps.csv, epochs.csv, test_mae.csv and summary.json with the
-provenance (commit, package versions, kernel backend, threads, dtype).
+provenance (commit, package versions, kernel backend, op-library build, threads, dtype).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import torch
 from ase.data import chemical_symbols
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.kernels import isa
 
 PACKAGES = ("cfmtrain", "torch", "mace-torch", "e3nn", "numpy", "cuequivariance-torch")
 EPOCH_FIELDS = ("epoch", "wall_s", "valid_s", "steps", "resumed", "lr", "train_loss",
@@ -75,7 +76,8 @@ def provenance(run) -> dict:
             "python": platform.python_version(), "host": platform.node(),
             "kernel_backend": run.kernel_backend, "threads": torch.get_num_threads(),
             "dtype": run.cfg.model.dtype, "device": str(run.device),
-            "launcher": run.env.source, "use_reduced_cg": run.cfg.model.use_reduced_cg}
+            "launcher": run.env.source, "use_reduced_cg": run.cfg.model.use_reduced_cg,
+            "cpu_variant": isa.cpu_variant()}
 
 
 def summarize(run, epochs: list[dict], test: dict, mean_batch: dict, host: dict) -> dict:
