@@ -1,6 +1,7 @@
 """Every command in README.md's bash blocks is one that a test or CI exercises: `make` (CI runs
-`make test`), `snakemake` (planned by tests/test_own_files.py), `python -m pytest` of test files
-that exist, and `cfmtrain bench` lines read by the benchmark's own argument parser."""
+`make test`), `snakemake` (planned here as written with the default config, and with their own
+configs by tests/test_own_files.py), `python -m pytest` of test files that exist, and
+`cfmtrain bench` and `cfmtrain figure` lines read by the command's own argument parser."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import argparse
 import importlib
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from cfmtrain.bench.cli import BENCHMARKS
+from cfmtrain.plots import cli as figure_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +32,7 @@ def readme_commands() -> list[str]:
 def test_readme_has_commands_of_known_kinds():
     commands = readme_commands()
     assert {"make run", "make test"} <= set(commands)
-    kinds = ("make ", "snakemake ", "python -m pytest ", "cfmtrain bench ")
+    kinds = ("make ", "snakemake ", "python -m pytest ", "cfmtrain bench ", "cfmtrain figure ")
     assert [c for c in commands if not c.startswith(kinds)] == []
 
 
@@ -47,3 +51,22 @@ def test_readme_pytest_commands_name_existing_tests():
     files = [w for c in readme_commands() if c.startswith("python -m pytest ")
              for w in shlex.split(c)[3:] if not w.startswith("-")]
     assert files and all((ROOT / f).is_file() for f in files), files
+
+
+@pytest.mark.parametrize("command", [c for c in readme_commands()
+                                     if c.startswith("cfmtrain figure ")])
+def test_readme_figure_commands_parse(command):
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    figure_cli.add_arguments(parser)
+    args = parser.parse_args(shlex.split(command)[2:])
+    assert args.name in figure_cli.FIGURES
+
+
+@pytest.mark.parametrize("command", [c for c in readme_commands() if c.startswith("snakemake ")
+                                     and "--configfile" not in c])
+def test_readme_snakemake_commands_plan(command):
+    """A dry run of the command as written (the default config; the lines with their own
+    config are planned in tests/test_own_files.py)."""
+    result = subprocess.run([sys.executable, "-m", *shlex.split(command), "-n"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
