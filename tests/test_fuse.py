@@ -216,9 +216,12 @@ def test_cueq_backend_shares_parameters_and_matches_mace():
         # cuet's basis reaches mace's reduced one by a least-squares projection rounded to
         # sqrt-rationals, which mace checks only to 1e-7 (cg_cueq_tools); measured here: 3e-8
         assert rel_err(g, e) < 1e-6
-    fuse_model(model, conv=False)  # cueq -> cpu-fused, then back to mace-torch's modules
-    assert isinstance(model.products[0].symmetric_contractions, SymmetricContractionFused)
+    fuse_model(model, conv=False)  # cueq -> cpu-fused -> reference, then mace-torch's modules
+    assert model.products[0].symmetric_contractions.backend == "cpu-fused"
     fuse_model(model, backend="reference")
+    assert isinstance(model.products[0].symmetric_contractions, SymmetricContractionFused)
+    assert model.products[0].symmetric_contractions.backend == "reference"
+    unfuse_model(model)
     assert type(model.products[0].symmetric_contractions) is SymmetricContraction
 
 

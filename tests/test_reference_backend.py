@@ -1,16 +1,25 @@
 """The pure-PyTorch evaluator of sparse polynomials (kernels/reference.py) against the compiled
-op."""
+op, and the "reference" backend (our fused contraction on it) against mace-torch and cpu-fused."""
 
 from __future__ import annotations
+
+import copy
 
 import mace  # noqa: F401  (import mace before e3nn)
 import pytest
 import torch
+from mace import modules
+from mace.modules.symmetric_contraction import SymmetricContraction
 from test_conv import small_and_serial  # noqa: F401  (autouse: one thread, no e3nn TorchScript)
-from test_fuse import rel_err
+from test_fuse import atoms, batch_dict, energy_forces_grads, rel_err, small_model
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from cfmtrain.kernels import fuse_model, kernel_backend, unfuse_model
 from cfmtrain.kernels.reference import evaluate_reference
 from cfmtrain.kernels.sparse_polynomial import Descriptor, evaluate, merged_terms
+from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
+
+REFERENCE = {"symmetric_contraction": "reference", "conv": "reference"}
 
 
 def random_problem(seed: int, out_per_elem: bool, dtype=torch.float64, channels=3):
@@ -114,3 +123,75 @@ def test_evaluator_rejects_bad_arguments():
         evaluate_reference(desc, operands, None, num_rows, num_elems)
     with pytest.raises(ValueError, match="per node"):
         evaluate_reference(desc, [operands[0][:5], *operands[1:]], elem, num_rows, num_elems)
+
+
+class CalledOps(TorchDispatchMode):
+    """Records the namespaces of the ops dispatched inside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.namespaces: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.namespaces.add(func.namespace)
+        return func(*args, **(kwargs or {}))
+
+
+def namespaces_called(model, batch) -> set[str]:
+    with CalledOps() as called:
+        energy_forces_grads(model, batch)
+    return called.namespaces
+
+
+@pytest.mark.parametrize("case", [(modules.MACE, False, "8x0e+8x1o", 2),
+                                  (modules.ScaleShiftMACE, True, "6x0e+6x1o+6x2e", 3)],
+                         ids=["mace", "scaleshift-reduced-2e"])
+def test_reference_model_matches_mace_and_cpu_fused_float64(case):
+    model = small_model(*case)
+    batch = batch_dict(atoms())
+    expected = energy_forces_grads(model, batch)
+    cpu_fused = fuse_model(copy.deepcopy(model), conv=False, backend="cpu-fused")
+    assert fuse_model(model, backend="reference") is model
+    assert kernel_backend(model) == REFERENCE
+    assert all(isinstance(p.symmetric_contractions, SymmetricContractionFused)
+               and p.symmetric_contractions.backend == "reference" for p in model.products)
+    got = energy_forces_grads(model, batch)
+    for g, e, c in zip(got, expected, energy_forces_grads(cpu_fused, batch), strict=True):
+        assert rel_err(g, e) < 1e-10
+        assert rel_err(g, c) < 1e-10
+    # the reference model runs no compiled cfmtrain op; the cpu-fused one does (the check works)
+    assert "cfmtrain" not in namespaces_called(model, batch)
+    assert "cfmtrain" in namespaces_called(cpu_fused, batch)
+
+
+def test_reference_backend_switches_pickles_and_unfuses():
+    model = small_model()
+    originals = [p.symmetric_contractions for p in model.products]
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    params = dict(model.named_parameters())
+    fuse_model(model, backend="reference")
+    fused = [p.symmetric_contractions for p in model.products]
+    fuse_model(model, backend="reference")  # idempotent: the same modules
+    assert [p.symmetric_contractions for p in model.products] == fused
+    assert list(model.state_dict()) == list(state)
+    assert all(p is params[name] for name, p in model.named_parameters())
+    copied = copy.deepcopy(model)  # pickling's __reduce__ keeps the backend
+    assert kernel_backend(copied) == REFERENCE
+    assert all(p.symmetric_contractions.backend == "reference" for p in copied.products)
+    fuse_model(model, conv=False, backend="cpu-fused")
+    assert all(p.symmetric_contractions.backend == "cpu-fused" for p in model.products)
+    assert kernel_backend(model) == {"symmetric_contraction": "cpu-fused", "conv": "reference"}
+    fuse_model(model, backend="reference")
+    assert all(p.symmetric_contractions.backend == "reference" for p in model.products)
+    unfuse_model(model)
+    assert kernel_backend(model) == {}
+    for product, original in zip(model.products, originals, strict=True):
+        assert product.symmetric_contractions is original
+        assert type(original) is SymmetricContraction
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, state[key])
+
+
+def test_rejects_an_unknown_fused_backend():
+    with pytest.raises(ValueError, match="no fused contraction for backend 'cueq'"):
+        SymmetricContractionFused(small_model().products[0].symmetric_contractions, "cueq")

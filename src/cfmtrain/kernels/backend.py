@@ -1,9 +1,10 @@
 """Which implementation of the fused kernels runs on a device, warned about once and recorded.
 
 CPU: our compiled ops ('cpu-fused'). CUDA: mace-torch's cuEquivariance symmetric contraction when
-cuequivariance is installed ('cueq'), else mace-torch's own e3nn code ('reference'); the conv stays
-mace-torch's ('cueq' when mace built it with cuEquivariance, else 'reference'); our CUDA kernels
-come later (kernels/cuda/README.md).
+cuequivariance is installed ('cueq'), else our fused symmetric contraction on the pure-PyTorch
+evaluator of kernels/reference.py ('reference', any device); the conv stays mace-torch's ('cueq'
+when mace built it with cuEquivariance, else 'reference': its e3nn code); our CUDA kernels come
+later (kernels/cuda/README.md).
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def cueq_available() -> bool:
 
 
 def choose_backend(device: torch.device | str) -> str:
-    """The kernel backend for `device`; warns once per (device type, backend) if not our own."""
+    """The symmetric contraction's backend for `device`: "cpu-fused" on CPU, else "cueq" on CUDA
+    with cuequivariance installed, else "reference" (our pure-PyTorch evaluator on `device`);
+    warns once per (device type, backend) when it is not our compiled kernels."""
     device = torch.device(device)
     if device.type == "cpu":
         return CPU_FUSED
@@ -55,9 +58,9 @@ def choose_backend(device: torch.device | str) -> str:
         reason = "cfmtrain has no CUDA kernels yet: using mace-torch's cuEquivariance path"
     else:
         backend = REFERENCE
-        reason = (f"no fused kernels for {device.type}"
+        reason = (f"no compiled kernels for {device.type}"
                   + (" and cuequivariance is not installed" if device.type == "cuda" else "")
-                  + ": using mace-torch's reference (e3nn) path")
+                  + ": using cfmtrain's reference (pure-PyTorch) symmetric contraction")
     if (device.type, backend) not in _warned:
         _warned.add((device.type, backend))
         warnings.warn(reason, stacklevel=2)
