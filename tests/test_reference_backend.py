@@ -19,7 +19,7 @@ from cfmtrain.kernels.reference import evaluate_reference
 from cfmtrain.kernels.sparse_polynomial import Descriptor, evaluate, merged_terms
 from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
 
-REFERENCE = {"symmetric_contraction": "reference", "conv": "reference"}
+REFERENCE = {"symmetric_contraction": "reference", "conv": "mace"}
 
 
 def random_problem(seed: int, out_per_elem: bool, dtype=torch.float64, channels=3):
@@ -180,7 +180,7 @@ def test_reference_backend_switches_pickles_and_unfuses():
     assert all(p.symmetric_contractions.backend == "reference" for p in copied.products)
     fuse_model(model, conv=False, backend="cpu-fused")
     assert all(p.symmetric_contractions.backend == "cpu-fused" for p in model.products)
-    assert kernel_backend(model) == {"symmetric_contraction": "cpu-fused", "conv": "reference"}
+    assert kernel_backend(model) == {"symmetric_contraction": "cpu-fused", "conv": "mace"}
     fuse_model(model, backend="reference")
     assert all(p.symmetric_contractions.backend == "reference" for p in model.products)
     unfuse_model(model)

@@ -11,6 +11,7 @@ import torch
 from cfmtrain.kernels.backend import (
     BACKENDS,
     CPU_FUSED,
+    MACE,
     REFERENCE,
     choose_backend,
     choose_conv_backend,
@@ -71,17 +72,20 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
     The backend follows the model's device unless given (see cfmtrain.kernels.backend) and is
     recorded per kernel in `model.cfmtrain_kernel_backend`: "cpu-fused" swaps in cfmtrain's
     kernels, "reference" the same fused symmetric contraction on cfmtrain's pure-PyTorch
-    evaluator (kernels.reference), "cueq" mace-torch's cuEquivariance symmetric contraction.
-    The conv (its radial MLP folded too, kernels.radial) is fused with "cpu-fused" unless
-    `conv=False`; otherwise it is mace-torch's own ("cueq" if the model was built with
-    cuEquivariance, else "reference").
+    evaluator (kernels.reference), "cueq" mace-torch's cuEquivariance symmetric contraction,
+    "mace" leaves mace-torch's e3nn code. The conv (its radial MLP folded too, kernels.radial)
+    is fused with "cpu-fused" unless `conv=False`; otherwise it is mace-torch's own ("cueq" if
+    the model was built with cuEquivariance, else "mace").
     """
     chosen = backend is None
     device = model_device(model)
     backend = backend or choose_backend(device)
     if backend not in BACKENDS:
         raise ValueError(f"unknown kernel backend {backend!r}; choose one of {BACKENDS}")
-    fuse_symmetric_contractions(model, backend)
+    if backend == MACE:
+        unfuse_model(model)
+    else:
+        fuse_symmetric_contractions(model, backend)
     if backend == CPU_FUSED and conv:  # the conv with its weight path (the radial MLP)
         fuse_convs(model)
         fold_radial_mlps(model)
