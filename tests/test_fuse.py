@@ -114,7 +114,7 @@ def test_fuse_keeps_parameters_and_state_dict_and_unfuse_restores():
     params_before = {name: p for name, p in model.named_parameters()}
     state_before = {k: v.clone() for k, v in model.state_dict().items()}
     assert fuse_model(model, conv=False) is model
-    assert kernel_backend(model) == {"symmetric_contraction": "cpu-fused", "conv": "reference"}
+    assert kernel_backend(model) == {"symmetric_contraction": "cpu-fused", "conv": "mace"}
     assert list(model.state_dict()) == list(state_before)
     for key, value in model.state_dict().items():
         assert torch.equal(value, state_before[key])
@@ -210,32 +210,35 @@ def test_cueq_backend_shares_parameters_and_matches_mace():
     expected = energy_forces_grads(model, batch)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     fuse_model(model, backend="cueq")
-    assert kernel_backend(model) == {"symmetric_contraction": "cueq", "conv": "reference"}
+    assert kernel_backend(model) == {"symmetric_contraction": "cueq", "conv": "mace"}
     assert list(model.state_dict()) == list(state)
     for g, e in zip(energy_forces_grads(model, batch), expected, strict=True):
         # cuet's basis reaches mace's reduced one by a least-squares projection rounded to
         # sqrt-rationals, which mace checks only to 1e-7 (cg_cueq_tools); measured here: 3e-8
         assert rel_err(g, e) < 1e-6
-    fuse_model(model, conv=False)  # cueq -> cpu-fused, then back to mace-torch's modules
-    assert isinstance(model.products[0].symmetric_contractions, SymmetricContractionFused)
+    fuse_model(model, conv=False)  # cueq -> cpu-fused -> reference, then mace-torch's modules
+    assert model.products[0].symmetric_contractions.backend == "cpu-fused"
     fuse_model(model, backend="reference")
+    assert isinstance(model.products[0].symmetric_contractions, SymmetricContractionFused)
+    assert model.products[0].symmetric_contractions.backend == "reference"
+    unfuse_model(model)
     assert type(model.products[0].symmetric_contractions) is SymmetricContraction
 
 
 def test_backend_choice_warns_once_and_records(monkeypatch):
     assert choose_backend("cpu") == "cpu-fused"
     monkeypatch.setattr(kernel_backend_module, "_warned", set())
-    with pytest.warns(UserWarning, match="reference"):
-        assert choose_backend("meta") == "reference"
+    with pytest.warns(UserWarning, match="mace-torch's own"):
+        assert choose_backend("meta") == "mace"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert choose_backend("meta") == "reference"  # warned once only
+        assert choose_backend("meta") == "mace"  # warned once only
     monkeypatch.setattr(kernel_backend_module, "cueq_available", lambda: True)
     with pytest.warns(UserWarning, match="cuEquivariance"):
         assert choose_backend("cuda") == "cueq"
     monkeypatch.setattr(kernel_backend_module, "cueq_available", lambda: False)
     with pytest.warns(UserWarning, match="not installed"):
-        assert choose_backend("cuda") == "reference"
+        assert choose_backend("cuda") == "mace"
 
 
 def cueq_conv_model():
@@ -259,11 +262,11 @@ def test_conv_backend_choice_warns_once_and_records(monkeypatch):
     monkeypatch.setattr(kernel_backend_module, "_warned", set())
     e3nn_model, cueq_model = small_model(), cueq_conv_model()
     assert choose_conv_backend("cpu", e3nn_model) == "cpu-fused"
-    with pytest.warns(UserWarning, match="reference"):
-        assert choose_conv_backend("cuda", e3nn_model) == "reference"
+    with pytest.warns(UserWarning, match="own .e3nn. conv"):
+        assert choose_conv_backend("cuda", e3nn_model) == "mace"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert choose_conv_backend("cuda", e3nn_model) == "reference"  # warned once only
+        assert choose_conv_backend("cuda", e3nn_model) == "mace"  # warned once only
     with pytest.warns(UserWarning, match="cuEquivariance conv"):
         assert choose_conv_backend("cuda", cueq_model) == "cueq"
     # fuse_model on a CUDA model (no CUDA here: its device is stubbed) records both kernels
@@ -272,9 +275,9 @@ def test_conv_backend_choice_warns_once_and_records(monkeypatch):
     monkeypatch.setattr(kernel_backend_module, "_warned", set())
     with pytest.warns(UserWarning) as caught:
         fuse_model(cueq_model)
-    assert kernel_backend(cueq_model) == {"symmetric_contraction": "reference", "conv": "cueq"}
-    with pytest.warns(UserWarning, match="reference.*conv"):
+    assert kernel_backend(cueq_model) == {"symmetric_contraction": "mace", "conv": "cueq"}
+    with pytest.warns(UserWarning, match="own .e3nn. conv"):
         fuse_model(e3nn_model)
-    assert kernel_backend(e3nn_model) == {"symmetric_contraction": "reference",
-                                          "conv": "reference"}
+    assert kernel_backend(e3nn_model) == {"symmetric_contraction": "mace", "conv": "mace"}
+    assert type(e3nn_model.products[0].symmetric_contractions) is SymmetricContraction
     assert len(caught) == 2  # the symmetric contraction's warning, then the conv's

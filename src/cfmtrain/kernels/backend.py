@@ -1,9 +1,11 @@
 """Which implementation of the fused kernels runs on a device, warned about once and recorded.
 
 CPU: our compiled ops ('cpu-fused'). CUDA: mace-torch's cuEquivariance symmetric contraction when
-cuequivariance is installed ('cueq'), else mace-torch's own e3nn code ('reference'); the conv stays
-mace-torch's ('cueq' when mace built it with cuEquivariance, else 'reference'); our CUDA kernels
-come later (kernels/cuda/README.md).
+cuequivariance is installed ('cueq'), else mace-torch's own e3nn code ('mace'); the conv stays
+mace-torch's ('cueq' when mace built it with cuEquivariance, else 'mace'); our CUDA kernels come
+later (kernels/cuda/README.md). 'reference', only when asked for, is our fused symmetric
+contraction on the pure-PyTorch evaluator of kernels/reference.py (any device): it checks the
+descriptors independently of the compiled ops and is not meant to be fast.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ def load_ops(name: str) -> None:
 
 CPU_FUSED = "cpu-fused"
 CUEQ = "cueq"
-BACKENDS = ("cpu-fused", "cueq", "reference")
+MACE = "mace"
 REFERENCE = "reference"
+BACKENDS = (CPU_FUSED, CUEQ, REFERENCE, MACE)
 
 _warned: set[tuple[str, ...]] = set()
 
@@ -46,7 +49,9 @@ def cueq_available() -> bool:
 
 
 def choose_backend(device: torch.device | str) -> str:
-    """The kernel backend for `device`; warns once per (device type, backend) if not our own."""
+    """The symmetric contraction's backend for `device`: "cpu-fused" on CPU, else "cueq" on CUDA
+    with cuequivariance installed, else "mace" (mace-torch's e3nn code); warns once per
+    (device type, backend) when it is not our compiled kernels."""
     device = torch.device(device)
     if device.type == "cpu":
         return CPU_FUSED
@@ -54,10 +59,10 @@ def choose_backend(device: torch.device | str) -> str:
         backend = CUEQ
         reason = "cfmtrain has no CUDA kernels yet: using mace-torch's cuEquivariance path"
     else:
-        backend = REFERENCE
+        backend = MACE
         reason = (f"no fused kernels for {device.type}"
                   + (" and cuequivariance is not installed" if device.type == "cuda" else "")
-                  + ": using mace-torch's reference (e3nn) path")
+                  + ": using mace-torch's own (e3nn) path")
     if (device.type, backend) not in _warned:
         _warned.add((device.type, backend))
         warnings.warn(reason, stacklevel=2)
@@ -66,11 +71,11 @@ def choose_backend(device: torch.device | str) -> str:
 
 def mace_conv_backend(model: torch.nn.Module) -> str:
     """The backend of a model's unfused convs: "cueq" when mace-torch built them with
-    cuEquivariance (a cueq_config), else "reference" (e3nn)."""
+    cuEquivariance (a cueq_config), else "mace" (e3nn)."""
     for block in getattr(model, "interactions", ()):
         if type(getattr(block, "conv_tp", None)).__module__.startswith("cuequivariance_torch"):
             return CUEQ
-    return REFERENCE
+    return MACE
 
 
 def choose_conv_backend(device: torch.device | str, model: torch.nn.Module) -> str:
@@ -83,7 +88,7 @@ def choose_conv_backend(device: torch.device | str, model: torch.nn.Module) -> s
     if backend == CUEQ:
         reason = "cfmtrain has no CUDA conv yet: using the model's cuEquivariance conv"
     else:
-        reason = f"no fused conv for {device.type}: using mace-torch's reference (e3nn) conv"
+        reason = f"no fused conv for {device.type}: using mace-torch's own (e3nn) conv"
     if (device.type, "conv", backend) not in _warned:
         _warned.add((device.type, "conv", backend))
         warnings.warn(reason, stacklevel=2)

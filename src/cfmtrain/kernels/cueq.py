@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from e3nn import o3
 
+from cfmtrain.kernels.backend import CUEQ
 from cfmtrain.kernels.symmetric_contraction import element_index, u_matrix_float64
 
 
@@ -29,6 +30,8 @@ class SymmetricContractionCueq(torch.nn.Module):
 
     `method` is cuequivariance's: "uniform_1d" (CUDA kernel) or "naive" (PyTorch, any device).
     """
+
+    backend = CUEQ
 
     def __init__(self, original: torch.nn.Module, method: str = "uniform_1d") -> None:
         super().__init__()

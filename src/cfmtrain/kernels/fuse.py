@@ -11,7 +11,8 @@ import torch
 from cfmtrain.kernels.backend import (
     BACKENDS,
     CPU_FUSED,
-    CUEQ,
+    MACE,
+    REFERENCE,
     choose_backend,
     choose_conv_backend,
     mace_conv_backend,
@@ -36,8 +37,9 @@ def _is_swapped(module: torch.nn.Module) -> bool:
 def fuse_symmetric_contractions(model: torch.nn.Module, backend: str = CPU_FUSED) -> int:
     """Replace every product block's mace SymmetricContraction; returns how many were swapped.
 
-    `backend`: "cpu-fused" (cfmtrain's ops) or "cueq" (cuEquivariance; CUDA kernel on a CUDA
-    device, its PyTorch fallback elsewhere).
+    `backend`: "cpu-fused" (cfmtrain's ops), "reference" (the same fused module on cfmtrain's
+    pure-PyTorch evaluator, any device) or "cueq" (cuEquivariance; CUDA kernel on a CUDA device,
+    its PyTorch fallback elsewhere).
     """
     from mace.modules.symmetric_contraction import SymmetricContraction
 
@@ -45,14 +47,14 @@ def fuse_symmetric_contractions(model: torch.nn.Module, backend: str = CPU_FUSED
     for product in _products(model):
         sc = product.symmetric_contractions
         if _is_swapped(sc):
-            if (backend == CPU_FUSED) == isinstance(sc, SymmetricContractionFused):
+            if sc.backend == backend:
                 continue  # already on this backend
             sc = sc.original
         elif not isinstance(sc, SymmetricContraction):
             raise TypeError(f"cannot fuse {type(sc).__name__}: build the model with mace's e3nn "
                             "SymmetricContraction (no cueq_config) before fusing")
-        if backend == CPU_FUSED:
-            product.symmetric_contractions = SymmetricContractionFused(sc)
+        if backend in (CPU_FUSED, REFERENCE):
+            product.symmetric_contractions = SymmetricContractionFused(sc, backend)
         else:
             from cfmtrain.kernels.cueq import SymmetricContractionCueq
 
@@ -69,20 +71,21 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
 
     The backend follows the model's device unless given (see cfmtrain.kernels.backend) and is
     recorded per kernel in `model.cfmtrain_kernel_backend`: "cpu-fused" swaps in cfmtrain's
-    kernels, "cueq" mace-torch's cuEquivariance symmetric contraction, "reference" leaves
-    mace-torch's e3nn code. The conv (its radial MLP folded too, kernels.radial) is fused with
-    "cpu-fused" unless `conv=False`; otherwise it is mace-torch's own ("cueq" if the model was
-    built with cuEquivariance, else "reference").
+    kernels, "reference" the same fused symmetric contraction on cfmtrain's pure-PyTorch
+    evaluator (kernels.reference), "cueq" mace-torch's cuEquivariance symmetric contraction,
+    "mace" leaves mace-torch's e3nn code. The conv (its radial MLP folded too, kernels.radial)
+    is fused with "cpu-fused" unless `conv=False`; otherwise it is mace-torch's own ("cueq" if
+    the model was built with cuEquivariance, else "mace").
     """
     chosen = backend is None
     device = model_device(model)
     backend = backend or choose_backend(device)
     if backend not in BACKENDS:
         raise ValueError(f"unknown kernel backend {backend!r}; choose one of {BACKENDS}")
-    if backend in (CPU_FUSED, CUEQ):
-        fuse_symmetric_contractions(model, backend)
-    else:
+    if backend == MACE:
         unfuse_model(model)
+    else:
+        fuse_symmetric_contractions(model, backend)
     if backend == CPU_FUSED and conv:  # the conv with its weight path (the radial MLP)
         fuse_convs(model)
         fold_radial_mlps(model)

@@ -1,4 +1,5 @@
-"""MACE's symmetric contraction as sparse polynomials on the compiled `cfmtrain` ops.
+"""MACE's symmetric contraction as sparse polynomials on the compiled `cfmtrain` ops (or on the
+pure-PyTorch evaluator, kernels/reference.py, for the "reference" backend).
 
 Descriptors are built once from mace's generalized CG (U) tensors; the fused module replaces a
 mace `SymmetricContraction` while sharing its parameters (state_dict keys unchanged).
@@ -13,7 +14,11 @@ import numpy as np
 import torch
 from e3nn import o3
 
+from cfmtrain.kernels.backend import CPU_FUSED, REFERENCE
+from cfmtrain.kernels.reference import evaluate_reference
 from cfmtrain.kernels.sparse_polynomial import Descriptor, evaluate
+
+_EVALUATORS = {CPU_FUSED: evaluate, REFERENCE: evaluate_reference}
 
 # A symmetrised U entry below this fraction of the largest |U| is a cancellation residue.
 _ZERO_TOL = 1e-10
@@ -142,11 +147,16 @@ class SymmetricContractionFused(torch.nn.Module):
 
     `contractions` is the original module's ModuleList itself (same Parameter objects, same
     state_dict keys); only the computation changes: the weights are contracted with the
-    symmetrised U once per call and every node runs one sparse polynomial.
+    symmetrised U once per call and every node runs one sparse polynomial, on the compiled op
+    (`backend` "cpu-fused") or the pure-PyTorch evaluator ("reference", any device).
     """
 
-    def __init__(self, original: torch.nn.Module) -> None:
+    def __init__(self, original: torch.nn.Module, backend: str = CPU_FUSED) -> None:
         super().__init__()
+        if backend not in _EVALUATORS:
+            raise ValueError(f"no fused contraction for backend {backend!r}; "
+                             f"choose one of {tuple(_EVALUATORS)}")
+        self.backend = backend
         self.irreps_in = original.irreps_in
         self.irreps_out = original.irreps_out
         self.contractions = original.contractions
@@ -160,7 +170,7 @@ class SymmetricContractionFused(torch.nn.Module):
 
     def __reduce__(self) -> tuple:
         """Pickle as the mace module it replaced and fuse again on load (descriptors rebuilt)."""
-        return _fused_contraction, (self.original, self.training)
+        return _fused_contraction, (self.original, self.training, self.backend)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         desc = self.descriptors
@@ -172,9 +182,10 @@ class SymmetricContractionFused(torch.nn.Module):
         num_elems = int(present.numel())
         if num_elems < y.shape[1]:  # contract only the weights of elements in the batch
             weights = [w.index_select(0, present) for w in weights]
-        term_weights = evaluate(desc.weights, weights, None, num_elems)
+        run = _EVALUATORS[self.backend]
+        term_weights = run(desc.weights, weights, None, num_elems)
         x_t = x.transpose(1, 2).contiguous()
-        out = evaluate(desc.forward, [x_t, term_weights], elem, num_nodes, num_elems)
+        out = run(desc.forward, [x_t, term_weights], elem, num_nodes, num_elems)
         pieces, offset = [], 0
         for dim in desc.irrep_dims:
             piece = out[:, offset:offset + dim, :].transpose(1, 2)
@@ -183,8 +194,10 @@ class SymmetricContractionFused(torch.nn.Module):
         return torch.cat(pieces, dim=-1)
 
 
-def _fused_contraction(original: torch.nn.Module, training: bool) -> SymmetricContractionFused:
-    """Unpickles a SymmetricContractionFused (see its `__reduce__`)."""
-    module = SymmetricContractionFused(original)
+def _fused_contraction(original: torch.nn.Module, training: bool,
+                       backend: str = CPU_FUSED) -> SymmetricContractionFused:
+    """Unpickles a SymmetricContractionFused (see its `__reduce__`; pickles made before the
+    reference backend carry no `backend`: they were cpu-fused)."""
+    module = SymmetricContractionFused(original, backend)
     module.training = training
     return module
