@@ -1,5 +1,5 @@
 """`cfmtrain bench <name>`: dispatch to one benchmark module (graphs, balance, kernels, accuracy,
-loader).
+loader, isa, md).
 
 Only the chosen module is imported: each pulls in heavy libraries of its own.
 """
@@ -16,6 +16,7 @@ BENCHMARKS = {
     "accuracy": "cfmtrain.bench.accuracy",
     "loader": "cfmtrain.bench.loader",
     "isa": "cfmtrain.bench.isa",
+    "md": "cfmtrain.bench.md",
 }
 
 

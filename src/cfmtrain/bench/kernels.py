@@ -125,16 +125,20 @@ def _configs(args: argparse.Namespace) -> list[dict]:
     return peaks + configs
 
 
-def _memory_limit(gigabytes: float | None) -> int:
+def memory_limit(gigabytes: float | None) -> int:
+    """Bytes of address space per child: `gigabytes`, or 85% of RAM."""
     if gigabytes is not None:
         return int(gigabytes * 2**30)
     return int(0.85 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
-def _run_child(config: dict, timeout: float, limit: int) -> dict:
-    """Run one configuration in a subprocess; returns its result with peak memory and status."""
+def run_child(config: dict, timeout: float, limit: int,
+              module: str = "cfmtrain.bench.kernels") -> dict:
+    """Run one configuration in a subprocess (`python -m <module> <config as JSON>`, which
+    prints a JSON line); returns its result with peak memory and status (ok, oom, timeout or
+    crash: <last line of stderr>)."""
     env = {"OMP_WAIT_POLICY": OMP_WAIT_POLICY, **os.environ, **MALLOC_ENV}
-    cmd = [sys.executable, "-m", "cfmtrain.bench.kernels", json.dumps(config)]
+    cmd = [sys.executable, "-m", module, json.dumps(config)]
 
     def limit_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -216,11 +220,11 @@ def run(args: argparse.Namespace) -> int:
 
     output = Path(args.output or f"results/bench/kernels_{args.preset}.csv")
     figure = Path(args.figure or f"results/figures/fig_kernels_{args.preset}.png")
-    limit = _memory_limit(args.memory_limit_gb)
+    limit = memory_limit(args.memory_limit_gb)
     rows = []
     with tempfile.TemporaryDirectory(prefix="cfmtrain-bench-kernels-") as cache:
         for config in _configs(args):
-            row = _run_child({**config, "cache_dir": cache}, args.timeout, limit)
+            row = run_child({**config, "cache_dir": cache}, args.timeout, limit)
             row.pop("cache_dir")
             print(json.dumps({k: row.get(k) for k in ("op", "model", "cg", "impl", "atoms",
                                                       "dtype", "pass", "status", "median_s",

@@ -1,0 +1,163 @@
+"""`cfmtrain bench md`: molecular dynamics through mace-torch's `MACECalculator`, cfmtrain's
+fused kernels against mace-torch's own code, in one run.
+
+Each configuration (system, model shape, atoms, implementation) runs in its own subprocess
+(bench/md_worker.py): velocity Verlet at 1 fs, every step one energy+forces+stress call with its
+neighbour list, as `MACECalculator` does it. The CSV has per configuration the median, min and
+max seconds per step, steps/s, ns/day, peak memory, the speed-up against mace-torch's row of the
+same system, shape and size, and how far the first call's energy and forces are from it.
+
+    cfmtrain bench md --preset goals   # -> results/bench/md_goals.csv, fig_md_goals.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+from cfmtrain.bench.md_worker import SHAPES, SYSTEMS
+
+IMPLS = ("fused", "mace")
+AXES = ("systems", "shapes", "atoms", "impls")
+PRESETS: dict[str, dict] = {
+    # the test suite's: the harness end to end in seconds
+    "test": {"systems": ("fcc", "water"), "shapes": ("tiny",), "atoms": (100,), "steps": 3},
+    # issue #14's goal: the MP-0 medium shape at 5k atoms, both systems
+    "goals": {"systems": ("fcc", "water"), "shapes": ("mp0-medium",), "atoms": (5000,),
+              "steps": 5},
+    # everything the issue asks for: 1k, 5k and 20k atoms, small and medium shapes
+    "full": {"systems": ("fcc", "water"), "shapes": ("mp0-small", "mp0-medium"),
+             "atoms": (1000, 5000, 20000), "steps": 5},
+}
+COLUMNS = ["system", "shape", "impl", "target_atoms", "atoms", "dtype", "status", "steps",
+           "median_step_s", "min_step_s", "max_step_s", "median_cpu_s", "first_call_s",
+           "steps_per_s", "ns_per_day", "speedup_vs_mace", "peak_rss_mb", "rss_vs_mace",
+           "energy_rel_diff_vs_mace", "forces_rel_diff_vs_mace", "threads", "omp_wait_policy",
+           "backend"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Preset, output paths and optional subsets of its matrix."""
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="goals")
+    parser.add_argument("--output", help="CSV (default results/bench/md_<preset>.csv)")
+    parser.add_argument("--figure", help="PNG (default results/figures/fig_md_<preset>.png)")
+    parser.add_argument("--systems", nargs="+", choices=sorted(SYSTEMS))
+    parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES))
+    parser.add_argument("--atoms", nargs="+", type=int, help="about this many atoms per system")
+    parser.add_argument("--impls", nargs="+", choices=IMPLS)
+    parser.add_argument("--steps", type=int, help="timed MD steps (median reported, >= 3)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all CPUs)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per config")
+    parser.add_argument("--memory-limit-gb", type=float, default=None,
+                        help="address-space limit per child (default 85%% of RAM)")
+
+
+def configs(args: argparse.Namespace) -> list[dict]:
+    """The preset's configurations, CLI axes replacing the preset's, mace-torch's first."""
+    import os
+
+    preset = PRESETS[args.preset]
+    steps = args.steps or preset["steps"]
+    if steps < 3:
+        raise ValueError(f"--steps must be at least 3 (a median of >= 3), got {steps}")
+    threads = args.threads or len(os.sched_getaffinity(0))
+    pick = {k: getattr(args, k, None) or preset.get(k, IMPLS[::-1]) for k in AXES}
+    return [{"system": system, "shape": shape, "atoms": atoms, "impl": impl, "steps": steps,
+             "dtype": args.dtype, "threads": threads}
+            for system, shape, atoms, impl in itertools.product(*pick.values())]
+
+
+def _rel(value: float | None, ref: float | None) -> float:
+    if value is None or ref is None:
+        return float("nan")
+    return abs(value - ref) / abs(ref) if ref else float(value != ref)
+
+
+def add_comparisons(rows: list[dict]) -> None:
+    """Against mace-torch's row of the same system, shape and size: speedup (its median step
+    over this one), peak memory ratio, and the relative differences of the first call's energy
+    and of its forces (their norm and their projection on a fixed probe, relative to the
+    norm)."""
+    key = ("system", "shape", "target_atoms", "dtype")
+    mace = {tuple(r[k] for k in key): r for r in rows
+            if r["impl"] == "mace" and r.get("status") == "ok"}
+    for r in rows:
+        ref = mace.get(tuple(r[k] for k in key))
+        good = r.get("status") == "ok" and ref is not None
+        nan = float("nan")
+        r["speedup_vs_mace"] = ref["median_step_s"] / r["median_step_s"] if good else nan
+        r["rss_vs_mace"] = r["peak_rss_mb"] / ref["peak_rss_mb"] if good else nan
+        r["energy_rel_diff_vs_mace"] = _rel(r.get("energy"), ref.get("energy")) if good else nan
+        r["forces_rel_diff_vs_mace"] = max(
+            _rel(r.get("forces_norm"), ref.get("forces_norm")),
+            abs(r["forces_probe"] - ref["forces_probe"]) / ref["forces_norm"]) if good else nan
+
+
+def plot_md(rows: list[dict], path: str | Path) -> None:
+    """Steps/s against atoms, a panel per system, a line per shape and implementation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from cfmtrain.atomic import atomic_path
+
+    systems = sorted({r["system"] for r in rows})
+    fig, axes = plt.subplots(1, len(systems), figsize=(5 * len(systems), 3.8), squeeze=False)
+    colors = {"fused": "tab:green", "mace": "tab:blue"}
+    for ax, system in zip(axes[0], systems, strict=True):
+        for (shape, impl), dash in zip(itertools.product(sorted(SHAPES), IMPLS),
+                                       itertools.cycle(("-", "--"))):
+            pts = sorted((r["atoms"], r["steps_per_s"]) for r in rows if r["system"] == system
+                         and r["shape"] == shape and r["impl"] == impl and r["status"] == "ok")
+            if pts:
+                ax.plot(*zip(*pts, strict=True), dash, marker="o", color=colors[impl],
+                        alpha=1.0 if shape.endswith("medium") else 0.6, label=f"{shape} {impl}")
+        failed = [r for r in rows if r["system"] == system and r["status"] != "ok"]
+        for k, r in enumerate(failed):
+            ax.annotate(f"{r['shape']} {r['impl']} {r['target_atoms']}: {r['status'][:30]}",
+                        (0.02, 0.95 - 0.07 * k), xycoords="axes fraction", fontsize=7,
+                        color="tab:red")
+        ax.set(xscale="log", yscale="log", xlabel="atoms", ylabel="MD steps/s (1 fs)",
+               title=f"{system}: MACECalculator energy+forces+stress")
+        ax.grid(alpha=0.3, which="both")
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=150, format="png")
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run every configuration of the preset, write the CSV and the figure."""
+    from cfmtrain.bench.kernels import memory_limit, run_child
+    from cfmtrain.bench.table import report
+
+    output = Path(args.output or f"results/bench/md_{args.preset}.csv")
+    figure = Path(args.figure or f"results/figures/fig_md_{args.preset}.png")
+    limit = memory_limit(args.memory_limit_gb)
+    rows = []
+    for config in configs(args):
+        row = run_child(config, args.timeout, limit, module="cfmtrain.bench.md")
+        row["target_atoms"] = config["atoms"]
+        row["atoms"] = row.get("atoms") if row.get("status") == "ok" else None
+        print(json.dumps({k: row.get(k) for k in ("system", "shape", "impl", "atoms", "status",
+                                                  "median_step_s", "peak_rss_mb")}), flush=True)
+        rows.append(row)
+    add_comparisons(rows)
+    report([{c: r.get(c) for c in COLUMNS} for r in rows], output,
+           "MD with MACECalculator: fused kernels vs mace-torch (seconds per 1 fs step)")
+    plot_md(rows, figure)
+    return 0
+
+
+if __name__ == "__main__":
+    from cfmtrain.bench.md_worker import main
+
+    sys.exit(main(json.loads(sys.argv[1])))
