@@ -79,6 +79,12 @@ rule benchmark:
         bench_targets(),
 
 
+# molecular dynamics, fused against mace-torch (issue #14's goal preset; not in `all`)
+rule md:
+    input:
+        "results/bench/md_goals.csv",
+
+
 # time to accuracy against mace_run_train (three trainings; not in `all`)
 rule accuracy:
     input:

@@ -17,7 +17,7 @@ from cfmtrain.train.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ["all", "graphs", "stats", "balance", "benchmark", "ablation", "sweeps", "simulate",
-           "figures", "accuracy"]
+           "figures", "accuracy", "md"]
 
 
 def snakemake(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -89,7 +89,8 @@ def test_dry_run_every_other_target(config):
     assert counts.get("baseline_check", 0) == checks
     assert counts["bench_accuracy"] == len(yaml.safe_load(
         (ROOT / "config/config.yaml").read_text())["accuracy"]["datasets"])
-    assert set(counts) - {"download", "baseline_check", "bench_accuracy"} == (
+    assert counts["bench_md"] == 1  # the goals preset
+    assert set(counts) - {"download", "baseline_check", "bench_accuracy", "bench_md"} == (
         ALL_RULES - {"all"} | set(others))
 
 
@@ -219,3 +220,21 @@ def test_every_schema_key_has_a_description_and_a_default():
             assert text.startswith("Required"), f"{key}: say that it is required"
         else:
             assert "Default - " in text, f"{key}: no default and none described"
+
+
+def test_slurm_profiles_give_resources_to_every_timed_or_long_rule():
+    """Both Slurm profiles set resources for the same rules, all of them real rules, and for
+    every rule that takes a timing slot (a benchmark or training: default resources would give
+    it 60 minutes and 2 GB)."""
+    import re
+
+    text = "\n".join(p.read_text() for p in [ROOT / "Snakefile",
+                                             *sorted((ROOT / "workflow/rules").glob("*.smk"))])
+    blocks = {m.group(1): m.group(2) for m in re.finditer(
+        r"^rule (\w+):\n(.*?)(?=^\S|\Z)", text, re.M | re.S)}
+    timed = {name for name, body in blocks.items() if "timing_slot" in body}
+    assert {"bench_md", "bench_accuracy", "train_cell"} <= timed
+    named = [set(yaml.safe_load((ROOT / f"profiles/{p}/config.yaml").read_text())
+                 ["set-resources"]) for p in ("slurm", "slurm-gpu")]
+    assert named[0] == named[1]
+    assert timed <= named[0] <= set(blocks), (timed - named[0], named[0] - set(blocks))

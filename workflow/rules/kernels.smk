@@ -22,3 +22,27 @@ rule bench_kernels:
     shell:
         "python -m cfmtrain bench kernels --preset {wildcards.preset:q} --output {output.csv:q}"
         " --figure {output.figure:q} > {log:q} 2>&1"
+
+
+# MD through MACECalculator, fused vs mace-torch (`goals`: MP-0 medium shape, 5k atoms, ~1 h on
+# 2 cores; `full`: 1k/5k/20k atoms, small and medium shapes). Not in `all`: target `md`.
+rule bench_md:
+    output:
+        csv="results/bench/md_{mdpreset}.csv",
+        figure=report(
+            "results/figures/fig_md_{mdpreset}.png",
+            caption="../report/fig_md.rst",
+            category="Benchmarks",
+        ),
+    wildcard_constraints:
+        mdpreset="test|goals|full",
+    log:
+        "logs/bench/md_{mdpreset}.log",
+    threads: 2
+    resources:
+        timing_slot=1,
+    conda:
+        "../../envs/cfmtrain.yaml"
+    shell:
+        "python -m cfmtrain bench md --preset {wildcards.mdpreset:q} --output {output.csv:q}"
+        " --figure {output.figure:q} > {log:q} 2>&1"
