@@ -146,6 +146,7 @@ def _lookup(desc_id: int, args: Sequence) -> Descriptor:
     return desc
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 _FORWARD = torch.ops.cfmtrain.sparse_polynomial
 _BACKWARD = torch.ops.cfmtrain.sparse_polynomial_backward
 _DOUBLE_BACKWARD = torch.ops.cfmtrain.sparse_polynomial_double_backward
@@ -158,9 +159,14 @@ def evaluate(desc: Descriptor, operands: Sequence[torch.Tensor], elem: torch.Ten
     """Evaluate `desc` on `operands` (each (rows, dim, C), contiguous): (rows_out, num_out, C)."""
     if len(operands) != len(desc.operand_dims):
         raise ValueError(f"descriptor takes {len(desc.operand_dims)} operands, got {len(operands)}")
-    return op(list(operands), [int(p) for p in desc.operand_per_elem], elem, desc.term_out,
-              desc.term_coeff, desc.factor_ptr, desc.factor_op, desc.factor_comp, desc.num_out,
-              num_rows, num_elems, desc.out_per_elem, desc.id)
+    packed = (desc.term_out, desc.term_coeff, desc.factor_ptr, desc.factor_op, desc.factor_comp)
+    if any(type(t) not in _PLAIN for t in operands):
+        # traced by AOT autograd (a compiled backward, opcheck: fake or functional operands):
+        # the descriptor's tensors become constants made in the trace, as real tensors may not
+        # meet fake ones in one call (dynamo, which sees plain tensors, lifts the real ones)
+        packed = tuple(torch.tensor(t.tolist(), dtype=t.dtype) for t in packed)
+    return op(list(operands), [int(p) for p in desc.operand_per_elem], elem, *packed,
+              desc.num_out, num_rows, num_elems, desc.out_per_elem, desc.id)
 
 
 def _fake(operands, operand_per_elem, elem, term_out, term_coeff, factor_ptr, factor_op,

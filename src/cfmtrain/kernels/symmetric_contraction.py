@@ -178,10 +178,13 @@ class SymmetricContractionFused(torch.nn.Module):
             raise ValueError(f"x must be (nodes, channels, {desc.num_ell}), got {tuple(x.shape)}")
         num_nodes, channels = x.shape[0], x.shape[1]
         weights = contraction_weights(self, desc.weight_slots)
-        present, elem = torch.unique(element_index(y), return_inverse=True)
-        num_elems = int(present.numel())
-        if num_elems < y.shape[1]:  # contract only the weights of elements in the batch
-            weights = [w.index_select(0, present) for w in weights]
+        if torch.compiler.is_compiling():  # no data-dependent shapes or checks in a graph
+            elem, num_elems = y.argmax(dim=-1), y.shape[1]
+        else:
+            present, elem = torch.unique(element_index(y), return_inverse=True)
+            num_elems = int(present.numel())
+            if num_elems < y.shape[1]:  # contract only the weights of elements in the batch
+                weights = [w.index_select(0, present) for w in weights]
         run = _EVALUATORS[self.backend]
         term_weights = run(desc.weights, weights, None, num_elems)
         x_t = x.transpose(1, 2).contiguous()
