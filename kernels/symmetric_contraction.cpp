@@ -24,10 +24,16 @@ void check_index_tensor(const at::Tensor& t, const char* name, const char* op) {
   TORCH_CHECK(t.device().is_cpu(), op, ": `", name, "` must be on the CPU (descriptor)");
 }
 
+// `t` is a contiguous int64 CPU vector (check_index_tensor): one pass, no allocation.
 void check_range(const at::Tensor& t, int64_t upper, const char* name, const char* op) {
-  if (t.numel() == 0) return;
-  const int64_t lo = t.min().item<int64_t>();
-  const int64_t hi = t.max().item<int64_t>();
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  const int64_t* v = t.data_ptr<int64_t>();
+  int64_t lo = v[0], hi = v[0];
+  for (int64_t i = 1; i < n; ++i) {
+    lo = v[i] < lo ? v[i] : lo;
+    hi = v[i] > hi ? v[i] : hi;
+  }
   TORCH_CHECK(lo >= 0 && hi < upper, op, ": `", name, "` values must lie in [0, ", upper,
               "), got [", lo, ", ", hi, "]");
 }
