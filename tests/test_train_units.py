@@ -28,6 +28,7 @@ from cfmtrain.graphs.build import atoms_to_graph
 from cfmtrain.graphs.store import GraphStore, write_shard
 from cfmtrain.train import config as config_mod
 from cfmtrain.train import model as model_mod
+from cfmtrain.train.build import load_parts
 from cfmtrain.train.data import GraphDataset, nested_subset
 from cfmtrain.train.loop import NonFiniteLossError, forward_backward
 from cfmtrain.train.loss import distributed_loss
@@ -115,6 +116,23 @@ def test_nested_subsets_are_nested_and_stratified():
     small, medium = (nested_subset(idx, subsets, f, seed=3) for f in (0.25, 0.5))
     assert set(small) <= set(medium) and len(small) < len(medium) < 100
     assert np.bincount(subsets[small]).tolist() == [7, 7, 7, 7]
+
+
+def test_eval_fraction_cuts_validation_and_test_nested_by_subset(tmp_path):
+    """eval_fraction keeps a nested share of each subset of the validation and test splits and
+    leaves the training split to train_fraction alone."""
+    folder, split, _ = make_store(tmp_path / "s", n=60)
+    st = GraphStore(folder)
+    full = load_parts(st, split, config_mod.load_config())
+    half = load_parts(st, split, config_mod.load_config(overrides=["eval_fraction=0.5"]))
+    assert np.array_equal(half["train"], full["train"])
+    for name in ("valid", "test"):
+        assert set(half[name]) < set(full[name])
+        kept = np.bincount(st.subsets[half[name]], minlength=3)
+        assert kept.tolist() == np.ceil(np.bincount(st.subsets[full[name]], minlength=3)
+                                        / 2).astype(int).tolist()
+    with pytest.raises(config_mod.ConfigError, match="eval_fraction"):
+        config_mod.load_config(overrides=["eval_fraction=0"])
 
 
 def test_atomic_data_equals_mace_from_config(store):

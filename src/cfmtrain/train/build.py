@@ -60,7 +60,8 @@ class Run:
 
 
 def load_parts(store: GraphStore, split_path: Path, cfg: TrainConfig) -> dict[str, np.ndarray]:
-    """The shared split, with the training part cut to the nested `train_fraction`."""
+    """The shared split, with the training part cut to the nested `train_fraction` and the
+    validation and test parts to the nested `eval_fraction` (each subset kept in proportion)."""
     parts = load_split(split_path)
     for name, idx in parts.items():
         if len(idx) and (idx.min() < 0 or idx.max() >= len(store)):
@@ -69,6 +70,9 @@ def load_parts(store: GraphStore, split_path: Path, cfg: TrainConfig) -> dict[st
     if not len(parts["train"]):
         raise ValueError(f"{split_path}: the training split is empty")
     parts["train"] = nested_subset(parts["train"], store.subsets, cfg.train_fraction, cfg.seed)
+    for name in ("valid", "test"):
+        if len(parts[name]):
+            parts[name] = nested_subset(parts[name], store.subsets, cfg.eval_fraction, cfg.seed)
     return parts
 
 

@@ -87,6 +87,8 @@ class TrainConfig:
     epochs: int = 2
     max_steps: int = 0  # stop (with a checkpoint) after this many steps in all; 0 = no limit
     train_fraction: float = 1.0  # nested prefix of the training split (mini_s = 0.25, ...)
+    # nested share of the validation and test splits evaluated (timing cells evaluate less)
+    eval_fraction: float = 1.0
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only at the end
     measure_straggler: bool = True  # barrier after local backward to time the straggler cost
     threads: int = 0  # torch threads per rank; 0 = from the allocation
@@ -236,6 +238,7 @@ RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
     "epochs": (lambda v: v >= 1, ">= 1"),
     "max_steps": (lambda v: v >= 0, ">= 0"),
     "train_fraction": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "eval_fraction": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "checkpoint_every": (lambda v: v >= 0, ">= 0"),
     "threads": (lambda v: v >= 0, ">= 0"),
     "timeout_s": (lambda v: v > 0, "> 0"),

@@ -105,6 +105,7 @@ def summarize(run, epochs: list[dict], test: dict, mean_batch: dict, host: dict)
         "compute_max_over_mean": float(last.get("compute_max_over_mean", math.nan)),
         "graphs": {k: int(len(v)) for k, v in run.parts.items()},
         "train_fraction": run.cfg.train_fraction,
+        "eval_fraction": run.cfg.eval_fraction,
         **mean_batch,
         "stats": {"avg_num_neighbors": run.stats.avg_num_neighbors, "zs": run.stats.zs},
         "e0s": {"method": run.stats.e0s_method,
