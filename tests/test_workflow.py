@@ -188,8 +188,10 @@ def test_config_values_reach_each_command_line_exactly(tmp_path):
     args = parser.parse_args(cell[cell.index("train") + 1:])
     cfg = load_config(args.config, args.overrides)
     assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.gamma) == (1e-4, 5e-7, 0.1)
-    assert (cfg.model.init_model, cfg.model.hidden_irreps, cfg.train_fraction) == (
-        ODD_MODEL, "8x0e+8x1o", 0.25)
+    default = yaml.safe_load((ROOT / "config/config.yaml").read_text())["train"]
+    assert (cfg.model.init_model, cfg.model.hidden_irreps, cfg.train_fraction,
+            cfg.eval_fraction) == (ODD_MODEL, default["settings"]["model"]["hidden_irreps"],
+                                   default["sizes"]["s"], default["settings"]["eval_fraction"])
 
 
 def _schema_keys(node: dict, path: str = ""):
@@ -222,9 +224,32 @@ def test_every_schema_key_has_a_description_and_a_default():
             assert "Default - " in text, f"{key}: no default and none described"
 
 
+def test_local_profile_runs_every_timed_job_alone():
+    """Under profiles/local each job of `all` that times something (benchmarks, sweeps, training
+    cells) takes the profile's whole `machine` limit, so Snakemake starts nothing beside it,
+    while every other job takes a share that lets untimed jobs run side by side."""
+    import re
+
+    profile = yaml.safe_load((ROOT / "profiles/local/config.yaml").read_text())
+    limit = dict(r.split("=") for r in profile["resources"])["machine"]
+    default = dict(r.split("=") for r in profile["default-resources"])["machine"]
+    result = snakemake("-n", "--forceall", "--profile", "profiles/local", "all")
+    assert result.returncode == 0, result.stdout + result.stderr
+    jobs = re.findall(r"^(?:local)?rule (\w+):\n(.*?)(?=^\S|\Z)", result.stdout, re.M | re.S)
+    machine = {}
+    for rule, body in jobs:
+        machine.setdefault(rule, set()).add(int(re.search(r"machine=(\d+)", body)[1]))
+    timed = {"bench_graphs", "bench_balance", "bench_kernels", "bench_loader", "train_cell",
+             "sweep_batch", "sweep_capacity", "sweep_calibrate"}
+    assert timed <= set(machine), machine
+    for rule, values in machine.items():
+        assert values == ({int(limit)} if rule in timed else {int(default)}), (rule, values)
+    assert 2 * int(default) <= int(limit)  # two untimed jobs fit beside each other
+
+
 def test_slurm_profiles_give_resources_to_every_timed_or_long_rule():
     """Both Slurm profiles set resources for the same rules, all of them real rules, and for
-    every rule that takes a timing slot (a benchmark or training: default resources would give
+    every rule that times something (a benchmark or training: default resources would give
     it 60 minutes and 2 GB)."""
     import re
 
@@ -232,7 +257,7 @@ def test_slurm_profiles_give_resources_to_every_timed_or_long_rule():
                                              *sorted((ROOT / "workflow/rules").glob("*.smk"))])
     blocks = {m.group(1): m.group(2) for m in re.finditer(
         r"^rule (\w+):\n(.*?)(?=^\S|\Z)", text, re.M | re.S)}
-    timed = {name for name, body in blocks.items() if "timing_slot" in body}
+    timed = {name for name, body in blocks.items() if "machine=ALONE" in body}
     assert {"bench_md", "bench_accuracy", "train_cell"} <= timed
     named = [set(yaml.safe_load((ROOT / f"profiles/{p}/config.yaml").read_text())
                  ["set-resources"]) for p in ("slurm", "slurm-gpu")]

@@ -30,7 +30,7 @@ rule bench_accuracy:
         options=ACCURACY_OPTIONS,
     threads: workflow.cores
     resources:
-        timing_slot=1,
+        machine=ALONE,
     conda:
         "../../envs/cfmtrain.yaml"
     shell:

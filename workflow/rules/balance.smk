@@ -40,7 +40,7 @@ rule bench_balance:
         capacity=config["balance"]["capacity"],
         seed=config["balance"]["seed"],
     resources:
-        timing_slot=1,
+        machine=ALONE,
     threads: 1
     conda:
         "../../envs/cfmtrain.yaml"

@@ -7,8 +7,8 @@ rule bench_graphs:
     log:
         "logs/bench/graphs_{preset}.log",
     resources:
-        timing_slot=1,
-    threads: 2  # single-threaded, but it reserves the machine: nothing runs beside a timing
+        machine=ALONE,
+    threads: 1  # single-threaded; machine=ALONE keeps other jobs off the machine while it times
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
@@ -22,8 +22,8 @@ rule bench_loader:
     log:
         "logs/bench/loader_{preset}.log",
     resources:
-        timing_slot=1,
-    threads: 2  # one core timed; the other kept free so that nothing runs beside a timing
+        machine=ALONE,
+    threads: 1  # one core timed; machine=ALONE keeps other jobs off the machine while it times
     conda:
         "../../envs/cfmtrain.yaml"
     shell:

@@ -35,6 +35,11 @@ config.update(yaml12_numbers(config, yaml.safe_load(SCHEMA.read_text())))
 validate(config, schema=str(SCHEMA))
 
 DATASETS = config["datasets"]
+# A timed job (benchmark, sweep, training cell) declares resources machine=ALONE: it holds the
+# whole machine, against profiles/local's limit machine=100 where every other job takes 1
+# (default-resources), so no job starts beside a timing and none times beside another. Under
+# Slurm each job has its own allocation and no limit is set.
+ALONE = 100
 
 if config["split"]["valid"] + config["split"]["test"] >= 1:
     raise ValueError(f"config split: valid ({config['split']['valid']}) + test "

@@ -16,7 +16,7 @@ rule bench_kernels:
         "benchmarks/bench/kernels_{preset}.tsv"
     threads: 2
     resources:
-        timing_slot=1,
+        machine=ALONE,
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
@@ -40,7 +40,7 @@ rule bench_md:
         "logs/bench/md_{mdpreset}.log",
     threads: 2
     resources:
-        timing_slot=1,
+        machine=ALONE,
     conda:
         "../../envs/cfmtrain.yaml"
     shell:

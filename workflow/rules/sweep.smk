@@ -17,7 +17,7 @@ rule sweep_batch:
         args=sweep_args,
     threads: 2
     resources:
-        timing_slot=1,
+        machine=ALONE,
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
@@ -42,7 +42,7 @@ rule sweep_capacity:
         args=sweep_args,
     threads: 2
     resources:
-        timing_slot=1,
+        machine=ALONE,
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
@@ -71,7 +71,7 @@ rule sweep_calibrate:
     # one rank's threads (the cells' train.settings.threads), timed alone like a cell
     threads: TRAIN["settings"].get("threads") or workflow.cores
     resources:
-        timing_slot=1,
+        machine=ALONE,
     conda:
         "../../envs/cfmtrain.yaml"
     shell:

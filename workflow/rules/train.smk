@@ -32,7 +32,7 @@ rule train_cell:
     threads: lambda wildcards: int(wildcards.ranks)
         * (TRAIN["settings"].get("threads") or max(1, workflow.cores // int(wildcards.ranks)))
     resources:
-        timing_slot=1,
+        machine=ALONE,
         tasks=lambda wildcards: int(wildcards.ranks),  # one Slurm task per rank (sbatch --ntasks)
         # threads per rank: sbatch and srun --cpus-per-task, torch threads of each rank
         cpus_per_task=lambda wildcards, threads: max(1, threads // int(wildcards.ranks)),
@@ -66,7 +66,7 @@ rule baseline_check:
         settings=train_settings,
     threads: workflow.cores
     resources:
-        timing_slot=1,
+        machine=ALONE,
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
