@@ -18,7 +18,8 @@ def draw_ablation(table: pd.DataFrame, output: str | Path, title: str) -> list[P
     groups = list(dict.fromkeys(zip(table.dataset, table.ranks, strict=True)))
     variants = ordered(table.variant)
     low, high = speedup_range(table)
-    fig, ax = plt.subplots(figsize=(1.2 + 1.6 * len(groups), 4.5))
+    # at least as wide as its title and the legend of four variants
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.2 + 1.6 * len(groups)), 4.5))
     width = 0.8 / len(variants)
     for k, variant in enumerate(variants):
         labelled = False
