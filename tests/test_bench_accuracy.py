@@ -53,7 +53,7 @@ def test_summary_ratios_and_goals():
                         curve("both", [2, 4, 6, 8], [60, 45, 35, 30])])  # 40 at 5 s
     infos = {r: {"steps_per_epoch": 5, "process_wall_s": 60.0} for r in accuracy.RUNS}
     infos["baseline"]["data_wait_pct"], infos["both"]["data_wait_pct"] = 1.0, 6.0
-    summary = accuracy.summarize(curves, infos).set_index("run")
+    summary = accuracy.summarize(curves, infos).assign(seed=0).set_index("run")
     assert summary.loc[MACE, "time_to_target_s"] == 40 and summary.loc[MACE, "speedup"] == 1
     assert summary.loc["both", "time_to_target_s"] == pytest.approx(5.0)
     assert summary.loc["both", "time_to_target_epoch_s"] == 6
@@ -64,9 +64,49 @@ def test_summary_ratios_and_goals():
     assert summary.loc["both", "mae_e_ratio"] == pytest.approx(30 / 40)
     assert summary.loc["both", "epoch_s"] == 2 and summary.loc[MACE, "epoch_s"] == 10
     lines = accuracy.goal_lines(summary.reset_index())
-    assert "baseline: time to 40.00 meV/Å: not reached" in lines[0]
+    assert "baseline: time to mace_run_train's final force MAE: reached in 0 of 1 seeds" in lines[0]
+    assert "both: time to mace_run_train's final force MAE: 5.0 s, 8.00x" in lines[1]
+    assert not any("noise floor" in line for line in lines)  # one seed: no spread to state
     assert lines[-3].endswith(": met") and lines[-1].endswith("worst 1.100): met")
     assert lines[-2].endswith("step time: not met (worst 6.00%)")
+
+
+def test_overall_takes_medians_over_seeds():
+    rows = []
+    # (seed, run, MAE E, MAE F, speedup, reached)
+    for seed, run, e, f, speedup in [(0, MACE, 100, 50, 1.0), (1, MACE, 140, 60, 1.0),
+                                     (2, MACE, 120, 55, 1.0),
+                                     (0, "both", 110, 52, 3.5), (1, "both", 150, 70, 2.5),
+                                     (2, "both", 100, 50, 3.1),
+                                     (0, "baseline", 130, 49, 0.8),
+                                     (1, "baseline", 90, 58, math.nan),
+                                     (2, "baseline", 160, 66, 0.7)]:
+        ref = {0: (100, 50), 1: (140, 60), 2: (120, 55)}[seed]
+        rows.append({"seed": seed, "run": run, "equal_epochs": 5, "steps_per_epoch": 10,
+                     "data_wait_pct": 0.5 if run != MACE else math.nan,
+                     "mae_e_meV_per_atom": e, "mae_f_meV_per_A": f,
+                     "mae_e_ratio": e / ref[0], "mae_f_ratio": f / ref[1],
+                     "speedup": speedup, "reached": not math.isnan(speedup),
+                     "time_to_target_s": 100 / speedup, "epoch_s": 10.0 + seed})
+    summary = pd.DataFrame(rows)
+    total = accuracy.overall(summary).set_index("run")
+    assert total.loc["both", "speedup"] == pytest.approx(3.1)  # median of 3.5, 2.5, 3.1
+    assert (total.loc["both", "speedup_min"], total.loc["both", "speedup_max"]) == (2.5, 3.5)
+    # a seed that never reached the target counts as the slowest: median of 0.8, never, 0.7
+    assert total.loc["baseline", "speedup"] == pytest.approx(0.7)
+    assert total.loc["baseline", "reached"] == 2 and total.loc["both", "reached"] == 3
+    # ratio of the medians (110 / 120), not the median of the per-seed ratios
+    assert total.loc["both", "mae_e_ratio"] == pytest.approx(110 / 120)
+    assert total.loc["both", "mae_e_ratio_max"] == pytest.approx(110 / 100)  # seed 0
+    assert total.loc["baseline", "mae_f_ratio"] == pytest.approx(58 / 55)
+    assert total.loc[MACE, "mae_e_spread"] == pytest.approx((140 - 100) / 120)
+    assert total.loc[MACE, "epoch_s"] == 11.0
+    lines = accuracy.goal_lines(summary)
+    assert "over 3 seeds" in lines[1] and "reached in 2 of 3 seeds" in lines[0]
+    assert any(line.startswith("noise floor: mace_run_train's own MAEs after 5 epochs vary "
+                               "over the seeds by 33% (E)") for line in lines)
+    assert lines[-3].endswith("(median over the seeds): met")
+    assert lines[-1].endswith(": met") and "worst 1.083" in lines[-1]  # baseline E: 130 / 120
 
 
 def test_mace_log_times_and_curve(tmp_path):
@@ -149,13 +189,14 @@ def test_bench_end_to_end(tmp_path):
         *[a for s in TINY for a in ("--set", s)]])
     assert accuracy.run(args) == 0
     curves = pd.read_csv(out / "accuracy_tiny.csv")
-    assert list(curves.columns) == list(CURVE_FIELDS)
+    assert list(curves.columns) == ["seed", *CURVE_FIELDS] and set(curves.seed) == {0}
     assert sorted(map(tuple, curves[["run", "epoch"]].to_numpy().tolist())) == sorted(
         (r, e) for r in accuracy.RUNS for e in (0, 1))
     assert np.isfinite(curves.select_dtypes("number").to_numpy()).all()
     assert (curves.groupby("run").wall_s.diff().dropna() > 0).all()
     # mace_run_train's final MAEs are its own, from its results file
-    results = out / "accuracy_tiny" / MACE / "results" / f"{MACE_NAME}_run-0_train.txt"
+    results = (out / "accuracy_tiny" / "seed0" / MACE / "results"
+               / f"{MACE_NAME}_run-0_train.txt")
     final = [r for r in map(json.loads, results.read_text().splitlines())
              if r["mode"] == "eval" and r["epoch"] == 1][0]
     last = curves[(curves.run == MACE) & (curves.epoch == 1)].iloc[0]
@@ -168,7 +209,7 @@ def test_bench_end_to_end(tmp_path):
     assert (summary.steps_per_epoch > 0).all()
     waits = summary.data_wait_pct  # cfmtrain's share of step time waiting for data
     assert 0 < waits["baseline"] < 100 and 0 < waits["both"] < 100 and np.isnan(waits[MACE])
-    record = json.loads((out / "accuracy_tiny.json").read_text())
+    record = json.loads((out / "accuracy_tiny.json").read_text())["per_seed"][0]
     assert record["e0s_max_abs_diff_eV"] < 1e-6 and record["mace_batch_size"] == 3
     # batch.capacity auto (the default): both takes as many optimiser steps as the baseline
     assert record["capacity"]["source"] == "auto"
@@ -176,3 +217,38 @@ def test_bench_end_to_end(tmp_path):
     assert steps["both"] <= steps["baseline"] == record["capacity"]["baseline_steps"]
     assert steps["both"] >= 0.9 * steps["baseline"]
     assert (tmp_path / "fig.png").stat().st_size > 0 and (tmp_path / "fig.pdf").exists()
+
+
+def test_several_seeds_train_each_triple_and_write_the_overall_table(tmp_path, monkeypatch):
+    store, split, _ = make_store(tmp_path / "store", n=12)
+    calls = []
+
+    def run_cfmtrain(bench, variant, epochs, resume=False):
+        calls.append((bench.cfg.seed, variant, bench.work.name))
+        return fake_run(variant, [60.0 - bench.cfg.seed, 40.0], data_wait_pct=1.0)
+
+    monkeypatch.setattr(accuracy, "run_cfmtrain", run_cfmtrain)
+    monkeypatch.setattr(accuracy, "run_mace",
+                        lambda bench, *a: fake_run(MACE, [70.0, 50.0 + bench.cfg.seed]))
+    parser = argparse.ArgumentParser()
+    accuracy.add_arguments(parser)
+    out = tmp_path / "bench"
+    argv = ["--graphs", str(store), "--split", str(split), "--epochs", "2", "--seeds", "3", "4",
+            "--name", "two", "--output-dir", str(out), "--figure", str(tmp_path / "f.png")]
+    assert accuracy.run(parser.parse_args(argv)) == 0
+    assert calls == [(3, "baseline", "seed3"), (3, "both", "seed3"), (4, "baseline", "seed4"),
+                     (4, "both", "seed4")]
+    summary = pd.read_csv(out / "accuracy_two_summary.csv")
+    assert sorted(zip(summary.seed, summary.run, strict=True)) == sorted(
+        (s, r) for s in (3, 4) for r in accuracy.RUNS)
+    seed4 = summary[summary.seed == 4].set_index("run")
+    assert seed4.loc["both", "target_mae_f_meV_per_A"] == 54.0  # its own seed's mace_run_train
+    total = pd.read_csv(out / "accuracy_two_overall.csv").set_index("run")
+    assert (total.seeds == 2).all() and total.loc[MACE, "mae_f_meV_per_A"] == 53.5
+    assert total.loc["both", "mae_f_ratio"] == pytest.approx(40 / 53.5)
+    record = json.loads((out / "accuracy_two.json").read_text())
+    assert record["seeds"] == [3, 4] and [f["seed"] for f in record["per_seed"]] == [3, 4]
+    assert any("noise floor" in line for line in record["goals"])
+    twice = [a if a != "4" else "3" for a in argv]  # --seeds 3 3: refused before training
+    with pytest.raises(SystemExit, match="repeats a seed"):
+        accuracy.run(parser.parse_args(twice))

@@ -6,8 +6,8 @@ ACCURACY_TARGETS = [
     f"results/bench/accuracy_{d}_{ACCURACY['preset']}_summary.csv"
     for d in ACCURACY["datasets"]
 ]
-# ranks, seed and (unless 0: the preset's) epochs from config `accuracy`
-ACCURACY_OPTIONS = command("--ranks", ACCURACY["ranks"], "--seed", ACCURACY["seed"],
+# ranks, seeds and (unless 0: the preset's) epochs from config `accuracy`
+ACCURACY_OPTIONS = command("--ranks", ACCURACY["ranks"], "--seeds", *ACCURACY["seeds"],
                            *(["--epochs", ACCURACY["epochs"]] if ACCURACY["epochs"] else []))
 
 
@@ -18,6 +18,7 @@ rule bench_accuracy:
     output:
         csv="results/bench/accuracy_{dataset}_{apreset}.csv",
         summary="results/bench/accuracy_{dataset}_{apreset}_summary.csv",
+        overall="results/bench/accuracy_{dataset}_{apreset}_overall.csv",
         json="results/bench/accuracy_{dataset}_{apreset}.json",
         png="results/figures/fig_accuracy_{dataset}_{apreset}.png",
         pdf="results/figures/fig_accuracy_{dataset}_{apreset}.pdf",

@@ -6,10 +6,17 @@ that has not reached it after the shared epochs may continue for a few more (--e
 so that a near tie at the last epoch does not read as "never"; the comparison at equal epochs
 uses the shared epochs only.
 
-Writes results/bench/accuracy_<name>.csv (one row per run and epoch),
-accuracy_<name>_summary.csv (one row per run), accuracy_<name>.json (settings, E0s, summary) and
-results/figures/fig_accuracy_<name>.png (+ .pdf); the runs' folders are kept in
-results/bench/accuracy_<name>/.
+With several seeds (--seeds 0 1 2) the three runs are trained once per seed, each seed's
+runs against that seed's mace_run_train, and the goals are judged on the medians over the seeds:
+early in training two equally good runs differ by more than the 10% the MAE goal allows, so one
+seed cannot tell a real gap from the trajectory's luck; mace_run_train's own spread over the
+seeds is reported beside the ratios as that noise floor.
+
+Writes results/bench/accuracy_<name>.csv (one row per seed, run and epoch),
+accuracy_<name>_summary.csv (one row per seed and run), accuracy_<name>_overall.csv (one row per
+run: medians and min-max over the seeds), accuracy_<name>.json (settings, E0s, summaries, goals)
+and results/figures/fig_accuracy_<name>.png (+ .pdf); the runs' folders are kept in
+results/bench/accuracy_<name>/seed<k>/.
 """
 
 from __future__ import annotations
@@ -93,21 +100,73 @@ def summarize(curve: pd.DataFrame, infos: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def overall(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per run over the seeds of `summary` (one row per seed and run): the median and
+    min-max of the speed-up, time to target and epoch time; the median MAEs at equal epochs,
+    their ratio to mace_run_train's median (`mae_*_ratio`) and the range of the per-seed
+    ratios; each run's own spread of its MAEs over the seeds, (max - min) / median
+    (`mae_*_spread`: mace_run_train's is the noise floor of any comparison); the worst data
+    wait; and how many seeds reached the target."""
+    ref = summary[summary.run == MACE]
+    rows = []
+    for run in RUNS:
+        of = summary[summary.run == run]
+        row = {"run": run, "seeds": len(of), "reached": int(of.reached.sum()),
+               "equal_epochs": int(of.equal_epochs.iloc[0]),
+               "steps_per_epoch": int(of.steps_per_epoch.median()),
+               "data_wait_pct": float(of.data_wait_pct.max())}
+        for key in ("speedup", "time_to_target_s", "epoch_s"):
+            values = of[key].to_numpy(float)  # NaN (never reached) sorts as slowest
+            row[key] = float(np.median(np.nan_to_num(values, nan=-np.inf if key == "speedup"
+                                                     else np.inf)))
+            if not np.isfinite(row[key]):
+                row[key] = math.nan
+            found = values[np.isfinite(values)]
+            row[f"{key}_min"], row[f"{key}_max"] = ((float(found.min()), float(found.max()))
+                                                    if len(found) else (math.nan, math.nan))
+        for kind, column in (("e", "mae_e_meV_per_atom"), ("f", "mae_f_meV_per_A")):
+            median = float(of[column].median())
+            row[column] = median
+            row[f"mae_{kind}_ratio"] = median / float(ref[column].median())
+            row[f"mae_{kind}_ratio_min"] = float(of[f"mae_{kind}_ratio"].min())
+            row[f"mae_{kind}_ratio_max"] = float(of[f"mae_{kind}_ratio"].max())
+            row[f"mae_{kind}_spread"] = float((of[column].max() - of[column].min()) / median)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def goal_lines(summary: pd.DataFrame) -> list[str]:
-    """The issue's goals, each with its numbers and met / not met."""
-    rows = summary.set_index("run")
+    """The issue's goals, each with its numbers and met / not met, from the per-seed summary:
+    medians over the seeds, with the per-seed range where there are several."""
+    rows = overall(summary).set_index("run")
+    several = int(rows.seeds.max()) > 1
+
+    def spread(row, key: str, fmt: str) -> str:
+        low, high = row[f"{key}_min"], row[f"{key}_max"]
+        return f" ({format(low, fmt)}-{format(high, fmt)} over {int(row.seeds)} seeds)" \
+            if several else ""
+
     lines = []
     for run, row in rows.iterrows():
-        reach = (f"{row.time_to_target_s:.1f} s ({row.speedup:.2f}x mace_run_train's speed)"
-                 if row.reached else "not reached")
-        lines.append(f"{run}: time to {row.target_mae_f_meV_per_A:.2f} meV/Å: {reach}; after "
-                     f"{row.equal_epochs} epochs MAE E {row.mae_e_meV_per_atom:.2f} meV/atom "
-                     f"({row.mae_e_ratio:.3f}x mace_run_train's), F {row.mae_f_meV_per_A:.2f} "
-                     f"meV/Å ({row.mae_f_ratio:.3f}x)")
+        reach = (f"{row.time_to_target_s:.1f} s{spread(row, 'time_to_target_s', '.1f')}, "
+                 f"{row.speedup:.2f}x mace_run_train's speed{spread(row, 'speedup', '.2f')}"
+                 if row.reached == row.seeds else
+                 f"reached in {int(row.reached)} of {int(row.seeds)} seeds")
+        lines.append(f"{run}: time to mace_run_train's final force MAE: {reach}; after "
+                     f"{int(row.equal_epochs)} epochs MAE E {row.mae_e_meV_per_atom:.2f} meV/atom "
+                     f"({row.mae_e_ratio:.3f}x mace_run_train's{spread(row, 'mae_e_ratio', '.3f')}"
+                     f"), F {row.mae_f_meV_per_A:.2f} meV/Å ({row.mae_f_ratio:.3f}x"
+                     f"{spread(row, 'mae_f_ratio', '.3f')})")
+    if several:
+        ref = rows.loc[MACE]
+        lines.append(f"noise floor: mace_run_train's own MAEs after {int(ref.equal_epochs)} epochs "
+                     f"vary over the seeds by {ref.mae_e_spread:.0%} (E) and "
+                     f"{ref.mae_f_spread:.0%} (F) of their median")
     both = rows.loc["both"]
-    met = bool(both.reached and both.speedup >= SPEEDUP_GOAL)
+    met = bool(both.reached == both.seeds and both.speedup >= SPEEDUP_GOAL)
     lines.append(f"goal: both reaches mace_run_train's final force MAE >= {SPEEDUP_GOAL:g}x "
-                 f"sooner: {'met' if met else 'not met'}")
+                 f"sooner{' (median over the seeds)' if several else ''}: "
+                 f"{'met' if met else 'not met'}")
     waits = rows.data_wait_pct.dropna()
     met = bool((waits <= DATA_WAIT_GOAL_PCT).all())
     lines.append(f"goal: data wait <= {DATA_WAIT_GOAL_PCT:g}% of cfmtrain's step time: "
@@ -115,8 +174,8 @@ def goal_lines(summary: pd.DataFrame) -> list[str]:
     ratios = rows[["mae_e_ratio", "mae_f_ratio"]].to_numpy()
     met = bool((ratios <= 1 + MAE_TOLERANCE).all())
     lines.append(f"goal: every run's MAEs at equal epochs within {MAE_TOLERANCE:.0%} of "
-                 f"mace_run_train's (ratio <= {1 + MAE_TOLERANCE:g}; worst "
-                 f"{ratios.max():.3f}): {'met' if met else 'not met'}")
+                 f"mace_run_train's{' (medians over the seeds)' if several else ''} (ratio <= "
+                 f"{1 + MAE_TOLERANCE:g}; worst {ratios.max():.3f}): {'met' if met else 'not met'}")
     return lines
 
 
@@ -148,7 +207,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graphs-per-batch", type=int,
                         help="graphs per batch and rank (default: the config's); "
                              "mace_run_train's batch is ranks x this")
-    parser.add_argument("--seed", type=int, default=0, help="seed of every run")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="seeds (default 0); each seed trains all three runs, and the "
+                             "goals are judged on the medians over the seeds")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="another training config key, for all runs")
     parser.add_argument("--name", help="output name (default: <data set>_<preset>)")
@@ -158,76 +219,106 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="figure (default: results/figures/fig_accuracy_<name>.png)")
 
 
-def _settings(args: argparse.Namespace) -> list[str]:
-    """Training config overrides shared by every run."""
+def _settings(args: argparse.Namespace, seed: int) -> list[str]:
+    """Training config overrides shared by every run of one seed."""
     preset = PRESETS[args.preset]
     model = {"hidden_irreps": args.hidden_irreps, "max_ell": args.max_ell,
              "correlation": args.correlation}
     settings = [f"model.{k}={v if v is not None else preset[k]}" for k, v in model.items()]
-    settings += [f"epochs={args.epochs or preset['epochs']}", f"seed={args.seed}",
+    settings += [f"epochs={args.epochs or preset['epochs']}", f"seed={seed}",
                  "progress=false", "measure_straggler=false"]
     if args.graphs_per_batch:
         settings.append(f"batch.graphs_per_batch={args.graphs_per_batch}")
     return settings + list(args.overrides)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Train the three runs, write the curves, the summary and the figure, state the goals."""
-    from cfmtrain.bench.accuracy_figure import draw
-    from cfmtrain.graphs.store import GraphStore
+def run_seed(args: argparse.Namespace, seed: int, store, graphs: list[Path], work: Path
+             ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """The three runs of one seed in work/: (their curves, their summary, facts for the JSON);
+    a cfmtrain run short of mace_run_train's final force MAE trains up to --extra-epochs more."""
     from cfmtrain.train.build import load_parts
     from cfmtrain.train.config import load_config, to_dict
     from cfmtrain.train.distenv import available_cpus
-    from cfmtrain.train.summary import write_json
 
-    graphs = args.graphs or [Path("results/graphs") / args.dataset]
-    split = args.split or graphs[0] / "split.npz"
-    name = args.name or f"{args.dataset or graphs[0].resolve().name}_{args.preset}"
-    cfg = load_config(None, _settings(args))
-    store = GraphStore(graphs if len(graphs) > 1 else graphs[0])
-    parts = load_parts(store, split, cfg)
-    work = (args.output_dir / f"accuracy_{name}").resolve()
+    cfg = load_config(None, _settings(args, seed))
+    parts = load_parts(store, args.split_path, cfg)
     work.mkdir(parents=True, exist_ok=True)
-    bench = Bench(cfg=cfg, graphs=[g.resolve() for g in graphs], split=split.resolve(),
-                  ranks=args.ranks, threads=args.threads or available_cpus(), work=work)
+    bench = Bench(cfg=cfg, graphs=[g.resolve() for g in graphs],
+                  split=args.split_path.resolve(), ranks=args.ranks,
+                  threads=args.threads or available_cpus(), work=work)
     results = {}
     for variant in RUNS[:2]:
-        print(f"training cfmtrain {variant} ({args.ranks} ranks)...", flush=True)
+        print(f"seed {seed}: training cfmtrain {variant} ({args.ranks} ranks)...", flush=True)
         results[variant] = run_cfmtrain(bench, variant, cfg.epochs)
     e0s = results["baseline"].info["e0s"]  # mace_run_train gets exactly the baseline's E0s
-    print(f"training mace_run_train (E0s {e0s})...", flush=True)
+    print(f"seed {seed}: training mace_run_train (E0s {e0s})...", flush=True)
     results[MACE] = run_mace(bench, store, parts, e0s)
     target = float(results[MACE].curve.valid_mae_f_meV_per_A.iloc[-1])
     for variant in RUNS[:2]:
         for epochs in range(cfg.epochs + 1, cfg.epochs + args.extra_epochs + 1):
             if reached(results[variant].curve, target):
                 break
-            print(f"cfmtrain {variant}: epoch {epochs} (mace_run_train's final force MAE "
-                  f"{target:.2f} meV/Å not reached yet)...", flush=True)
+            print(f"seed {seed}: cfmtrain {variant}: epoch {epochs} (mace_run_train's final "
+                  f"force MAE {target:.2f} meV/Å not reached yet)...", flush=True)
             before = results[variant].info["process_wall_s"]
             results[variant] = run_cfmtrain(bench, variant, epochs, resume=True)
             results[variant].info["process_wall_s"] += before
     e0_diff = max(abs(r.info["e0s"][z] - e0s[z]) for r in results.values() for z in e0s)
     if e0_diff > E0_TOLERANCE_EV:
-        print(f"warning: the runs' E0s differ by up to {e0_diff:.3g} eV", flush=True)
+        print(f"warning: seed {seed}: the runs' E0s differ by up to {e0_diff:.3g} eV", flush=True)
     curve = pd.concat([results[r].curve for r in RUNS], ignore_index=True)
+    summary = summarize(curve, {r: results[r].info for r in RUNS})
+    facts = {"seed": seed, "work": str(work), "rank_threads": bench.rank_threads,
+             "threads": bench.threads, "mace_batch_size": bench.ranks * cfg.batch.graphs_per_batch,
+             "capacity": results["both"].info["capacity"],
+             "graphs_per_part": {k: len(v) for k, v in parts.items()},
+             "e0s_eV": {str(z): e for z, e in e0s.items()}, "e0s_max_abs_diff_eV": e0_diff,
+             "config": to_dict(cfg)}
+    return curve.assign(seed=seed), summary.assign(seed=seed), facts
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train the three runs per seed, write the curves, the summaries and the figure, state the
+    goals."""
+    from cfmtrain.bench.accuracy_figure import draw
+    from cfmtrain.graphs.store import GraphStore
+    from cfmtrain.train.summary import write_json
+
+    graphs = args.graphs or [Path("results/graphs") / args.dataset]
+    args.split_path = args.split or graphs[0] / "split.npz"
+    name = args.name or f"{args.dataset or graphs[0].resolve().name}_{args.preset}"
+    store = GraphStore(graphs if len(graphs) > 1 else graphs[0])
+    root = (args.output_dir / f"accuracy_{name}").resolve()
+    if len(set(args.seeds)) != len(args.seeds):
+        raise SystemExit(f"cfmtrain bench accuracy: --seeds repeats a seed: {args.seeds}")
+    curves, summaries, facts = [], [], []
+    for seed in args.seeds:
+        curve, summary, fact = run_seed(args, seed, store, graphs, root / f"seed{seed}")
+        curves.append(curve)
+        summaries.append(summary)
+        facts.append(fact)
+    first = ["seed"]
+    curve = pd.concat(curves, ignore_index=True)
+    curve = curve[first + [c for c in curve.columns if c not in first]]
     report(curve.to_dict("records"), args.output_dir / f"accuracy_{name}.csv",
            f"time to accuracy on {name}: validation MAE after each epoch")
-    summary = report(summarize(curve, {r: results[r].info for r in RUNS}).to_dict("records"),
+    summary = pd.concat(summaries, ignore_index=True)
+    summary = report(summary[first + [c for c in summary.columns if c not in first]
+                             ].to_dict("records"),
                      args.output_dir / f"accuracy_{name}_summary.csv",
-                     f"time to accuracy on {name}: per run")
+                     f"time to accuracy on {name}: per seed and run")
+    totals = report(overall(summary).to_dict("records"),
+                    args.output_dir / f"accuracy_{name}_overall.csv",
+                    f"time to accuracy on {name}: per run over {len(args.seeds)} seed(s)")
     lines = goal_lines(summary)
     print("\n" + "\n".join(lines))
     figure = args.figure or Path("results/figures") / f"fig_accuracy_{name}.png"
     print(f"wrote {', '.join(map(str, draw(curve, summary, figure, f'time to accuracy: {name}')))}")
     write_json(args.output_dir / f"accuracy_{name}.json", {
-        "name": name, "graphs": [str(g) for g in bench.graphs], "split": str(bench.split),
-        "ranks": bench.ranks, "threads": bench.threads, "rank_threads": bench.rank_threads,
-        "mace_batch_size": bench.ranks * cfg.batch.graphs_per_batch,
-        "capacity": results["both"].info["capacity"],
-        "graphs_per_part": {k: len(v) for k, v in parts.items()},
-        "e0s_eV": {str(z): e for z, e in e0s.items()}, "e0s_max_abs_diff_eV": e0_diff,
-        "goals": lines, "summary": summary.to_dict("records"), "config": to_dict(cfg),
+        "name": name, "graphs": [str(g.resolve()) for g in graphs],
+        "split": str(args.split_path.resolve()), "ranks": args.ranks, "seeds": args.seeds,
+        "per_seed": facts, "goals": lines, "summary": summary.to_dict("records"),
+        "overall": totals.to_dict("records"),
         "timing": "cumulative seconds of training epochs with their validation; cfmtrain: "
                   "sum of epochs.csv wall_s + valid_s; mace_run_train: its 'Epoch N' log "
                   "line's time stamp minus its 'Initial' line's. Start-up and the final test "
