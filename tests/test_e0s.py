@@ -79,3 +79,48 @@ def test_missing_or_bad_e0s_name_the_element_and_source(store, tmp_path):
         stats_with(folder, {"Cu": -1.0, "Ni": -1.0, "Qq": 2.0})
     with pytest.raises(ValueError, match="neither fit, average nor a file"):
         stats_with(folder, "nonsense")
+
+
+def test_fixed_elements_fit_the_others_to_what_remains(store, tmp_path):
+    """A union whose member gives some E0s (model.e0s_fixed): those are held, the rest is the
+    least-squares fit of the energies less the held elements' part (a brute-force lstsq)."""
+    folder, _, frames = store
+    st = store_mod.GraphStore(folder)
+    stats = model_mod.compute_stats(st, np.arange(len(st)), np.array([], int), e0s="fit",
+                                    fixed={28: -0.5})
+    counts = np.array([[np.sum(a.numbers == 29)] for a in frames], float)
+    rest = np.array([a.info["REF_energy"] + 0.5 * np.sum(a.numbers == 28) for a in frames])
+    cu = np.linalg.lstsq(counts, rest, rcond=None)[0][0]
+    assert stats.zs == [28, 29] and stats.e0s[0] == -0.5
+    assert stats.e0s[1] == pytest.approx(cu, rel=1e-9)
+    assert stats.e0s_method == "fit (Cu) with given Ni"
+    assert stats.mean == pytest.approx(mace_mean(frames, {29: cu, 28: -0.5}), rel=1e-8)
+    # every element given: nothing left to fit, the values are the given ones
+    both = model_mod.compute_stats(st, np.arange(len(st)), np.array([], int), e0s="fit",
+                                   fixed={28: -0.5, 29: -1.25})
+    assert both.e0s == [-0.5, -1.25] and both.e0s_method == "fit (none) with given Ni, Cu"
+
+
+def test_fixed_e0s_merge_files_and_refuse_disagreement(tmp_path):
+    first, second, third = (tmp_path / f"{k}.json" for k in "abc")
+    first.write_text(json.dumps({"H": -13.6, "O": -432.1}))
+    second.write_text(json.dumps({"C": -1029.5, "H": -13.6}))
+    third.write_text(json.dumps({"H": -13.0}))
+    assert model_mod.fixed_e0s([str(first), str(second)]) == {1: -13.6, 8: -432.1, 6: -1029.5}
+    assert model_mod.fixed_e0s({"Ti": -1.5}) == {22: -1.5}
+    with pytest.raises(ValueError, match=rf"H is -13.6 eV in {first} but -13.0 eV in {third}"):
+        model_mod.fixed_e0s([str(first), str(third)])
+    with pytest.raises(ValueError, match="no such file"):
+        model_mod.fixed_e0s([str(tmp_path / "missing.json")])
+
+
+def test_fixed_e0s_config_needs_fit(tmp_path):
+    from cfmtrain.train.config import ConfigError, load_config
+
+    cfg = load_config(None, ['model.e0s_fixed=["a.json", "b.json"]'])
+    assert cfg.model.e0s == "fit" and cfg.model.e0s_fixed == ["a.json", "b.json"]
+    assert load_config(None, ["model.e0s_fixed={H: -13.6}"]).model.e0s_fixed == {"H": -13.6}
+    with pytest.raises(ConfigError, match="model.e0s is 'average'"):
+        load_config(None, ["model.e0s=average", 'model.e0s_fixed=["a.json"]'])
+    with pytest.raises(ConfigError, match="list of .json files"):
+        load_config(None, ['model.e0s_fixed=["a.txt"]'])

@@ -374,3 +374,10 @@ def test_readme_example_plans_as_written(tmp_path):
     assert re.search(r"cfmtrain bench accuracy --graphs results/graphs/tial "
                      r"results/graphs/ethanol --split results/graphs/real_dft/split\.npz", output)
     assert "--name real_dft_goals" in output
+    # the union: ethanol's isolated-atom E0s held fixed, TiAl's elements fitted to the rest
+    fixed = (r"--set \W*model\.e0s=\W*fit\W* --set \W*model\.e0s_fixed="
+             r"\[\W*results/data/ethanol/frames/e0s\.json\W*\]")
+    assert re.search(fixed, output)
+    cell = snakemake(repo, "-n", "--printshellcmds", "results/train/real_dft/both/r2/summary.json",
+                     "--configfile", "config/real_dft.yaml")  # a training cell: the same E0s
+    assert re.search(fixed, cell) and "cfmtrain cell" in cell

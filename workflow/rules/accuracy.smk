@@ -28,7 +28,8 @@ rule bench_accuracy:
         apreset="quick|goals",
     params:
         graphs=graph_dirs,
-        options=ACCURACY_OPTIONS,
+        # the data set's E0s (given, fixed for a union's members that give them, or fitted)
+        options=lambda wildcards: ACCURACY_OPTIONS + " " + set_options(data_e0s(wildcards.dataset)),
     threads: workflow.cores
     resources:
         machine=ALONE,

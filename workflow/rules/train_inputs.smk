@@ -47,28 +47,38 @@ def _flat(settings, prefix=""):
 
 
 def data_e0s(dataset):
-    """config model.e0s from the data set's `e0s` (files sets): None for fit (train.settings
-    decides), average, or the e0s.json its frames step wrote; a union's members must agree."""
+    """Training config settings (dotted key -> value) for the data set's E0s (files sets): none
+    for fit (train.settings decides), average, the e0s.json its frames step wrote, or for a
+    union whose members give some: those members' elements held fixed, the others fitted."""
     members = member_datasets(dataset)
-    given = [DATASETS[m].get("e0s", "fit") for m in members]
-    if all(e0s == "fit" for e0s in given):
-        return None
-    if all(e0s == "average" for e0s in given):
-        return "average"
+    given = {m: DATASETS[m].get("e0s", "fit") for m in members}
+    if all(e0s == "fit" for e0s in given.values()):
+        return {}
+    if all(e0s == "average" for e0s in given.values()):
+        return {"model.e0s": "average"}
+    files = [f"results/data/{m}/frames/e0s.json" for m, e0s in given.items()
+             if e0s not in ("fit", "average")]
     if len(members) == 1:
-        return f"results/data/{members[0]}/frames/e0s.json"
-    raise ValueError(f"data set {dataset}: its members' e0s differ or are given per member "
-                     f"({dict(zip(members, given))}); give every member e0s fit or average")
+        return {"model.e0s": files[0]}
+    if "average" in given.values():
+        raise ValueError(f"data set {dataset}: a member's e0s is average, another's given "
+                         f"({given}); mace-torch's average cannot hold elements fixed: give "
+                         "that member fit")
+    return {"model.e0s": "fit", "model.e0s_fixed": files}
 
 
 def train_settings(wildcards):
-    """`--set KEY=VALUE` options from config `train.settings` plus the size's fraction, shell
-    quoted; values as JSON (5e-07, "8x0e", [16, 16], true), which cfmtrain reads by key type."""
+    """`--set KEY=VALUE` options from config `train.settings` plus the size's fraction and the
+    data set's E0s, shell quoted; values as JSON (5e-07, "8x0e", [16, 16], true), which cfmtrain
+    reads by key type."""
     pairs = dict(_flat(TRAIN["settings"]))
     pairs["train_fraction"] = train_base(wildcards.trainset)[1]
-    e0s = data_e0s(train_base(wildcards.trainset)[0])
-    if e0s is not None:
-        pairs["model.e0s"] = e0s
+    pairs.update(data_e0s(train_base(wildcards.trainset)[0]))
+    return set_options(pairs)
+
+
+def set_options(pairs):
+    """`--set KEY=VALUE` words of dotted keys -> values, shell quoted."""
     return command(*(word for k, v in pairs.items()
                      for word in ("--set", f"{k}={json.dumps(v, ensure_ascii=False)}")))
 

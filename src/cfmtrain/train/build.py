@@ -90,8 +90,9 @@ def make_model(cfg: TrainConfig, store: GraphStore, parts: dict, env: DistEnv,
         others = np.concatenate([parts["valid"], parts["test"]])
         extra = model_mod.store_elements(store, others[env.rank::env.world_size])
         extra = _union_over_ranks(extra, env.world_size)
+        fixed = model_mod.fixed_e0s(cfg.model.e0s_fixed) if cfg.model.e0s_fixed else None
         data_stats = model_mod.compute_stats(store, parts["train"], extra, env.rank,
-                                             env.world_size, e0s=cfg.model.e0s)
+                                             env.world_size, e0s=cfg.model.e0s, fixed=fixed)
     else:
         data_stats = model_mod.DataStats(**stats)
     return model_mod.build_model(cfg.model, data_stats, r_max, cfg.seed), data_stats

@@ -45,6 +45,9 @@ class ModelConfig:
     # isolated-atom energies: fit (least squares over the training split), average (mace-torch's),
     # {element symbol or Z: eV}, or a JSON file of such a mapping (an own-data set's e0s.json)
     e0s: dict[str, float] | str = "fit"
+    # with e0s fit: elements held at given values ({element: eV}, or JSON files of such
+    # mappings: a union's members that give isolated-atom energies); the others are fitted
+    e0s_fixed: dict[str, float] | list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -286,6 +289,13 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if isinstance(e0s, str) and e0s not in ("fit", "average") and not e0s.endswith(".json"):
         raise ConfigError(f"config model.e0s: {e0s!r} must be fit, average, a mapping of element "
                           "to eV or a .json file of one")
+    fixed = cfg.model.e0s_fixed
+    if fixed and e0s != "fit":
+        raise ConfigError(f"config model.e0s_fixed: holds elements fixed for a fit of the others, "
+                          f"but model.e0s is {e0s!r}; set model.e0s fit or leave e0s_fixed empty")
+    if isinstance(fixed, list) and not all(f.endswith(".json") for f in fixed):
+        raise ConfigError(f"config model.e0s_fixed: {fixed!r} must be a mapping of element to eV "
+                          "or a list of .json files of such mappings")
     o = cfg.optim
     if o.energy_weight == o.forces_weight == o.stress_weight == 0:
         raise ConfigError("config optim.energy_weight, optim.forces_weight, optim.stress_weight: "

@@ -37,31 +37,60 @@ class DataStats:
     e0s_method: str = "fit"  # fit, average, or where given values came from
 
 
+def read_e0s(setting: str | dict) -> dict[int, float]:
+    """{Z: eV} of a mapping from element symbol or atomic number to eV, or of a JSON file of
+    one; an error names the source and the bad entry."""
+    source = setting
+    if isinstance(setting, str):
+        path = Path(setting)
+        if not path.is_file():
+            raise ValueError(f"E0s {setting!r}: no such file (expected a JSON mapping of element "
+                             "to eV)")
+        try:
+            setting = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not a JSON mapping of element to E0 in eV: {err}") from None
+        if not isinstance(setting, dict):
+            raise ValueError(f"{path}: not a JSON mapping of element to E0 in eV")
+    values = {}
+    for key, value in dict(setting).items():
+        z = int(key) if str(key).isdigit() else atomic_numbers.get(str(key))
+        if z is None or isinstance(value, bool) or not isinstance(value, int | float) \
+                or not np.isfinite(value):
+            raise ValueError(f"{source}: E0 entry {key!r}: {value!r} is not an element and a "
+                             "finite energy in eV")
+        values[z] = float(value)
+    return values
+
+
 def e0_values(setting: str | dict, zs: list[int]) -> dict[int, float] | None:
     """Given E0s for the elements `zs` from config `model.e0s` (a mapping from element symbol or
     atomic number to eV, or a JSON file of one), or None for `fit`/`average`."""
     if setting in ("fit", "average"):
         return None
-    source = setting
-    if isinstance(setting, str):
-        path = Path(setting)
-        if not path.is_file():
-            raise ValueError(f"config model.e0s: {setting!r} is neither fit, average nor a file")
-        try:
-            setting = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not a JSON mapping of element to E0 in eV: {err}") from None
-    values = {}
-    for key, value in dict(setting).items():
-        z = int(key) if str(key).isdigit() else atomic_numbers.get(str(key))
-        if z is None or not isinstance(value, int | float) or not np.isfinite(value):
-            raise ValueError(f"{source}: E0 entry {key!r}: {value!r} is not an element and a "
-                             "finite energy in eV")
-        values[z] = float(value)
+    if isinstance(setting, str) and not Path(setting).is_file():
+        raise ValueError(f"config model.e0s: {setting!r} is neither fit, average nor a file")
+    values = read_e0s(setting)
     missing = [chemical_symbols[z] for z in zs if z not in values]
     if missing:
-        raise ValueError(f"{source}: no E0 for {', '.join(missing)} (elements of the data set; "
+        raise ValueError(f"{setting}: no E0 for {', '.join(missing)} (elements of the data set; "
                          f"given: {', '.join(chemical_symbols[z] for z in sorted(values))})")
+    return values
+
+
+def fixed_e0s(setting: dict | list) -> dict[int, float]:
+    """{Z: eV} of config `model.e0s_fixed`: a mapping, or JSON files of mappings (a union's
+    members that give their isolated-atom energies); files that disagree on an element are an
+    error naming both."""
+    sources = [setting] if isinstance(setting, dict) else list(setting)
+    values: dict[int, float] = {}
+    origin: dict[int, str] = {}
+    for source in sources:
+        for z, value in read_e0s(source).items():
+            if z in values and not np.isclose(values[z], value, rtol=0, atol=1e-6):
+                raise ValueError(f"config model.e0s_fixed: {chemical_symbols[z]} is "
+                                 f"{values[z]} eV in {origin[z]} but {value} eV in {source}")
+            values[z], origin[z] = value, str(source if isinstance(source, str) else "mapping")
     return values
 
 
@@ -99,10 +128,13 @@ def _stat_sums(store: GraphStore, indices: np.ndarray) -> np.ndarray:
 
 
 def compute_stats(store: GraphStore, train: np.ndarray, extra_zs: np.ndarray,
-                  rank: int = 0, world_size: int = 1, e0s: str | dict = "fit") -> DataStats:
+                  rank: int = 0, world_size: int = 1, e0s: str | dict = "fit",
+                  fixed: dict[int, float] | None = None) -> DataStats:
     """Statistics over the training graphs, each rank reading a share, summed by all-reduce.
     `extra_zs` are elements of the validation/test graphs the model must also know; `e0s` is
-    config `model.e0s` (fit: least squares here; average: mace-torch's; or given values)."""
+    config `model.e0s` (fit: least squares here; average: mace-torch's; or given values);
+    `fixed` ({Z: eV}, with fit only) holds some elements at given values and fits the others to
+    what remains of the energies."""
     sums = torch.from_numpy(_stat_sums(store, train[rank::world_size]))
     if world_size > 1:
         torch.distributed.all_reduce(sums)
@@ -122,9 +154,20 @@ def compute_stats(store: GraphStore, train: np.ndarray, extra_zs: np.ndarray,
         e0 = _mace_average_e0s(store, train, [int(z) for z in present])
         method = "average"
     else:  # lstsq on the normal equations = mace-torch's min-norm lstsq on the count matrix
-        e0[present] = np.linalg.lstsq(ata[np.ix_(present, present)], atb[present],
-                                      rcond=None)[0]
+        fixed = fixed or {}
+        if fixed and e0s != "fit":
+            raise ValueError("E0s fixed for some elements need model.e0s fit for the others")
+        held = np.array(sorted(fixed), dtype=int)
+        free = np.array([z for z in present if z not in fixed], dtype=int)
+        e0[held] = [fixed[z] for z in held]
+        if len(free):  # the energies less the fixed elements' part, fitted by the free ones
+            rhs = atb[free] - ata[np.ix_(free, held)] @ e0[held]
+            e0[free] = np.linalg.lstsq(ata[np.ix_(free, free)], rhs, rcond=None)[0]
         method = "fit"
+        if fixed:
+            given = ", ".join(chemical_symbols[z] for z in held)
+            fitted = ", ".join(chemical_symbols[z] for z in free) or "none"
+            method = f"fit ({fitted}) with given {given}"
     mean = (e_over_n - c_over_n @ e0) / graphs
     rms = float(np.sqrt(f2 / f_comps)) if f_comps else 1.0
     return DataStats(zs=[int(z) for z in zs], e0s=[float(e0[z]) for z in zs],
