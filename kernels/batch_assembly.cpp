@@ -30,13 +30,41 @@ void copy_ranges(const T* src, T* dst, int64_t width, const int64_t* graphs, int
   }
 }
 
-// integer unit shifts [stored edges, 3] of the graphs' edge ranges -> floats, concatenated
+// The edges of the graphs, in one pass over each graph's edge range: edge_index (int32,
+// graph-local atoms) -> int64 batch atoms, integer unit shifts -> floats, and the shifts
+// unit_shifts @ cell of the edge's graph, as train.cells.edge_shifts computes them in F:
+// (u0 * c0 + u1 * c1) + u2 * c2, no fused multiply-add (the same rounding as torch's).
 template <typename F, typename I>
-void convert_ranges(const I* src, F* dst, const int64_t* graphs, int64_t n, const int64_t* start,
-                    const int64_t* count) {
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("fp-contract=off")))
+#endif
+void edge_ranges(const int32_t* index, int64_t stored_edges, const I* unit, const F* cells,
+                 const int64_t* graphs, int64_t n, const int64_t* start, const int64_t* count,
+                 const int64_t* ptr, int64_t edges, int64_t* index_out, F* unit_out,
+                 F* shift_out) {
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+  int64_t* senders = index_out;
+  int64_t* receivers = index_out + edges;
   for (int64_t i = 0; i < n; ++i) {
-    const I* from = src + start[graphs[i]] * 3;
-    for (int64_t k = 0; k < count[graphs[i]] * 3; ++k) *dst++ = F(from[k]);
+    const int64_t g = graphs[i], first = start[g], rows = count[g], offset = ptr[i];
+    const int32_t* s = index + first;
+    const int32_t* r = index + stored_edges + first;
+    for (int64_t k = 0; k < rows; ++k) senders[k] = s[k] + offset;
+    for (int64_t k = 0; k < rows; ++k) receivers[k] = r[k] + offset;
+    senders += rows;
+    receivers += rows;
+    const I* u = unit + first * 3;
+    const F* c = cells + g * 9;
+    for (int64_t k = 0; k < rows; ++k, u += 3, unit_out += 3, shift_out += 3) {
+      const F u0 = F(u[0]), u1 = F(u[1]), u2 = F(u[2]);
+      unit_out[0] = u0, unit_out[1] = u1, unit_out[2] = u2;
+      for (int d = 0; d < 3; ++d) {
+        const F a = u0 * c[d], b = u1 * c[3 + d], e = u2 * c[6 + d];
+        shift_out[d] = (a + b) + e;
+      }
+    }
   }
 }
 
@@ -46,7 +74,7 @@ std::vector<at::Tensor> assemble(const at::Tensor& graphs, const at::Tensor& ato
                                  const at::Tensor& num_edges, const at::Tensor& species,
                                  int64_t num_classes, const std::vector<at::Tensor>& atom_fields,
                                  const at::Tensor& edge_index, const at::Tensor& unit_shifts,
-                                 const std::vector<at::Tensor>& edge_fields,
+                                 const at::Tensor& cells,
                                  const std::vector<at::Tensor>& graph_fields,
                                  const std::optional<at::Tensor>& weights) {
   const auto fopt = at::TensorOptions().dtype(c10::CppTypeToScalarType<F>::value);
@@ -96,35 +124,27 @@ std::vector<at::Tensor> assemble(const at::Tensor& graphs, const at::Tensor& ato
     out.push_back(t);
   }
 
-  // edge_index [2, stored edges] (int32, graph-local atoms) -> [2, edges] int64 batch atoms
+  // edge_index [2, stored edges] (int32, graph-local atoms) -> [2, edges] int64 batch atoms;
+  // unit shifts (int8/16/32) -> F; shifts = unit shifts @ the edge's graph's cell
   at::Tensor index = at::empty({2, edges}, lopt);
-  const int32_t* src = edge_index.data_ptr<int32_t>();
-  const int64_t total = edge_index.size(1);
-  int64_t* dst = index.data_ptr<int64_t>();
-  for (int64_t row = 0; row < 2; ++row)
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t* from = src + row * total + es[g[i]];
-      const int64_t offset = p[i];
-      for (int64_t k = 0; k < ne[g[i]]; ++k) *dst++ = from[k] + offset;
-    }
-  out.push_back(index);
-
   at::Tensor unit = at::empty({edges, 3}, fopt);
-  F* u = unit.data_ptr<F>();
+  at::Tensor shifts = at::empty({edges, 3}, fopt);
+  const int32_t* src = edge_index.data_ptr<int32_t>();
+  const F* c = cells.data_ptr<F>();
+  auto run = [&](const auto* u) {
+    edge_ranges(src, stored_edges, u, c, g, n, es, ne, p, edges, index.data_ptr<int64_t>(),
+                unit.data_ptr<F>(), shifts.data_ptr<F>());
+  };
   switch (unit_shifts.scalar_type()) {
-    case at::kChar: convert_ranges(unit_shifts.data_ptr<int8_t>(), u, g, n, es, ne); break;
-    case at::kShort: convert_ranges(unit_shifts.data_ptr<int16_t>(), u, g, n, es, ne); break;
-    case at::kInt: convert_ranges(unit_shifts.data_ptr<int32_t>(), u, g, n, es, ne); break;
+    case at::kChar: run(unit_shifts.data_ptr<int8_t>()); break;
+    case at::kShort: run(unit_shifts.data_ptr<int16_t>()); break;
+    case at::kInt: run(unit_shifts.data_ptr<int32_t>()); break;
     default: TORCH_CHECK(false, "assemble_batch: unit_shifts must be int8, int16 or int32, got ",
                          unit_shifts.scalar_type());
   }
+  out.push_back(index);
   out.push_back(unit);
-
-  for (const auto& field : edge_fields) {  // [stored edges, width]
-    at::Tensor t = at::empty({edges, field.size(1)}, fopt);
-    copy_ranges(field.data_ptr<F>(), t.data_ptr<F>(), field.size(1), g, n, es, ne);
-    out.push_back(t);
-  }
+  out.push_back(shifts);
 
   for (const auto& field : graph_fields) {  // [stored graphs, *shape], any dtype
     std::vector<int64_t> shape(field.sizes().begin(), field.sizes().end());
@@ -152,7 +172,7 @@ std::vector<at::Tensor> assemble_batch(
     const at::Tensor& graphs, const at::Tensor& atom_start, const at::Tensor& num_atoms,
     const at::Tensor& edge_start, const at::Tensor& num_edges, const at::Tensor& species,
     int64_t num_classes, at::TensorList atom_fields, const at::Tensor& edge_index,
-    const at::Tensor& unit_shifts, at::TensorList edge_fields, at::TensorList graph_fields,
+    const at::Tensor& unit_shifts, const at::Tensor& cells, at::TensorList graph_fields,
     const std::optional<at::Tensor>& weights) {
   for (const auto* t : {&graphs, &atom_start, &num_atoms, &edge_start, &num_edges, &species})
     check(*t, "an index", at::kLong, 1);
@@ -169,24 +189,22 @@ std::vector<at::Tensor> assemble_batch(
     TORCH_CHECK(t.size(0) == species.size(0), "assemble_batch: an atom field has ", t.size(0),
                 " rows, species ", species.size(0));
   }
-  for (const auto& t : edge_fields) {
-    check(t, "an edge field", dtype, 2);
-    TORCH_CHECK(t.size(0) == edge_index.size(1), "assemble_batch: an edge field has ", t.size(0),
-                " rows, edge_index ", edge_index.size(1));
-  }
+  check(cells, "cells", dtype, 3);
+  TORCH_CHECK(cells.size(0) == num_atoms.size(0) && cells.size(1) == 3 && cells.size(2) == 3,
+              "assemble_batch: cells must be [stored graphs, 3, 3], got ", cells.sizes());
   for (const auto& t : graph_fields)
     TORCH_CHECK(t.is_contiguous() && t.dim() >= 1 && t.size(0) == num_atoms.size(0),
                 "assemble_batch: a graph field must be contiguous with one row per stored graph");
   if (weights.has_value()) check(*weights, "weights", dtype, 1);
   const std::vector<at::Tensor> af(atom_fields.begin(), atom_fields.end()),
-      ef(edge_fields.begin(), edge_fields.end()), gf(graph_fields.begin(), graph_fields.end());
+      gf(graph_fields.begin(), graph_fields.end());
   if (dtype == at::kFloat)
     return assemble<float>(graphs, atom_start, num_atoms, edge_start, num_edges, species,
-                           num_classes, af, edge_index, unit_shifts, ef, gf, weights);
+                           num_classes, af, edge_index, unit_shifts, cells, gf, weights);
   TORCH_CHECK(dtype == at::kDouble, "assemble_batch: fields must be float32 or float64, got ",
               dtype);
   return assemble<double>(graphs, atom_start, num_atoms, edge_start, num_edges, species,
-                          num_classes, af, edge_index, unit_shifts, ef, gf, weights);
+                          num_classes, af, edge_index, unit_shifts, cells, gf, weights);
 }
 
 }  // namespace
@@ -194,7 +212,8 @@ std::vector<at::Tensor> assemble_batch(
 TORCH_LIBRARY_FRAGMENT(cfmtrain, m) {
   m.def("assemble_batch(Tensor graphs, Tensor atom_start, Tensor num_atoms, Tensor edge_start, "
         "Tensor num_edges, Tensor species, int num_classes, Tensor[] atom_fields, "
-        "Tensor edge_index, Tensor unit_shifts, Tensor[] edge_fields, Tensor[] graph_fields, Tensor? weights) "
+        "Tensor edge_index, Tensor unit_shifts, Tensor cells, Tensor[] graph_fields, "
+        "Tensor? weights) "
         "-> Tensor[]");
 }
 

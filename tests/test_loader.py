@@ -25,7 +25,8 @@ from cfmtrain.bench import loader as bench
 from cfmtrain.data.mini import make_frame
 from cfmtrain.graphs.build import atoms_to_graph
 from cfmtrain.graphs.store import GraphStore, write_shard
-from cfmtrain.train.batching import BatchAssembler, edge_shifts
+from cfmtrain.train.batching import BatchAssembler
+from cfmtrain.train.cells import edge_shifts
 from cfmtrain.train.data import GraphDataset, make_loader
 from cfmtrain.train.prefetch import THREAD, resolve_workers
 from cfmtrain.train.store_arrays import StoreArrays, store_arrays
@@ -111,6 +112,32 @@ def test_edge_shifts_are_unit_shifts_times_cell():
     torch.testing.assert_close(edge_shifts(unit, cells, graph), expected, rtol=1e-14, atol=1e-14)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_large_unit_shifts_give_mace_torchs_shifts_bit_for_bit(tmp_path, dtype):
+    """Cells much smaller than the cutoff (unit shifts up to +-5) in skewed, rattled cells: the
+    op's shifts (three products summed in order, never a fused multiply-add) equal
+    GraphDataset's, whose products are not exact when |unit shift| > 2."""
+    from ase import Atoms
+
+    frames = []
+    for seed, a in enumerate((1.0, 1.3, 2.2)):
+        rng = np.random.default_rng(seed)
+        cell = a * (np.eye(3) + 0.15 * rng.normal(size=(3, 3)))
+        atoms = Atoms("Cu", positions=[[0.1, 0.2, 0.3]], cell=cell, pbc=True)
+        atoms.info["REF_energy"] = -1.0 - seed
+        atoms.arrays["REF_forces"] = np.zeros((1, 3))
+        frames.append(atoms)
+    write(tmp_path / "tiny", [frames])
+    store = GraphStore(tmp_path / "tiny")
+    with h5py.File(store.files[0]) as f:
+        assert np.abs(f["unit_shifts"][...]).max() >= 4
+    dataset = GraphDataset(store, np.arange(3), Z_TABLE, CUTOFF, dtype)
+    ours = BatchAssembler(dataset, StoreArrays(store, 2**40))([2, 0, 1])
+    ref = Collater([None], [None])([dataset[i] for i in (2, 0, 1)])
+    assert bench.batch_differences(ours, ref) == []
+    assert torch.equal(ours.shifts, ref.shifts)
+
+
 def test_unknown_element_is_named(union):
     dataset = GraphDataset(union, np.arange(len(union)), AtomicNumberTable([28, 29]), CUTOFF,
                            torch.float32)
@@ -125,12 +152,12 @@ def test_assemble_batch_refuses_bad_arrays(union):
     m = BatchAssembler(dataset, StoreArrays(union, 2**40)).memory
 
     def call(graphs, **change):
-        args = {"atom_fields": [m["positions"], m["forces"]], "edge_fields": [m["shifts"]],
-                "edge_index": m["edge_index"], **change}
+        args = {"atom_fields": [m["positions"], m["forces"]], "cells": m["cell"],
+                "edge_index": m["edge_index"], "unit_shifts": m["unit_shifts"], **change}
         return torch.ops.cfmtrain.assemble_batch(
             torch.tensor(graphs), m["atoms_start"], m["num_atoms"], m["edges_start"],
             m["num_edges"], m["species"], len(Z_TABLE), args["atom_fields"],
-            args["edge_index"], m["unit_shifts"], args["edge_fields"],
+            args["edge_index"], args["unit_shifts"], args["cells"],
             [m["energy"], m["pbc"]], None)
 
     assert call([3, 0])[0].tolist() == [0] * int(union.num_atoms[3]) + [1] * int(
@@ -138,11 +165,13 @@ def test_assemble_batch_refuses_bad_arrays(union):
     with pytest.raises(RuntimeError, match="graph 20 is outside"):
         call([0, 20])
     with pytest.raises(RuntimeError, match="must be a contiguous CPU tensor"):
-        call([0], edge_fields=[m["shifts"].T.contiguous().T])  # column-major
-    with pytest.raises(RuntimeError, match="an edge field must be Float, got Double"):
+        call([0], atom_fields=[m["positions"].T.contiguous().T, m["forces"]])  # column-major
+    with pytest.raises(RuntimeError, match="cells must be Float, got Double"):
         call([0], atom_fields=[m["positions"].float(), m["forces"].float()])
-    with pytest.raises(RuntimeError, match="edge field has"):
-        call([0], edge_fields=[m["shifts"][:-1]])
+    with pytest.raises(RuntimeError, match=r"cells must be \[stored graphs, 3, 3\]"):
+        call([0], cells=m["cell"][:-1])
+    with pytest.raises(RuntimeError, match="unit_shifts must be int8, int16 or int32"):
+        call([0], unit_shifts=m["unit_shifts"].long())
 
 
 def batches_of(loader) -> list:

@@ -3,9 +3,12 @@ torch_geometric Batch that mace-torch's Collater makes of their AtomicData (Grap
 no per-graph object: one concatenation of row ranges per field (store_arrays) and whole-batch
 tensor operations.
 
-The cells and edge shifts come from train.cells, as GraphDataset's do, so the two paths give
-the same numbers bit for bit. With the arrays in memory, the edge shifts (in the model's
-precision) and the cells are computed once for the whole store and then only gathered.
+The cells come from train.cells, as GraphDataset's do, and the compiled op computes each edge's
+shift (unit shifts @ cell) as train.cells.edge_shifts does, so the two paths give the same
+numbers bit for bit. With the arrays in memory, the cells and the atoms' fields in the model's
+precision are computed once for the whole store and then only gathered; the edge shifts are
+computed per batch from the stored integer unit shifts (reading 3 bytes an edge instead of a
+precomputed 12 or 24).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from mace.data import AtomicData
 from mace.tools.torch_geometric.batch import Batch
 
 from cfmtrain.kernels.backend import load_ops
-from cfmtrain.train.cells import cell_rows, edge_shifts, graph_extent
+from cfmtrain.train.cells import cell_rows, graph_extent
 from cfmtrain.train.store_arrays import STORED, StoreArrays
 
 if TYPE_CHECKING:
@@ -68,23 +71,14 @@ def graph_rows(rows: dict[str, np.ndarray], ptr: np.ndarray, cutoff: float, dtyp
             **{k: np.ascontiguousarray(v.numpy()) for k, v in cells.items()}}
 
 
-def batch_arrays(rows: dict[str, np.ndarray], ptr: np.ndarray, num_edges: np.ndarray,
-                 dataset: GraphDataset, shifts: np.ndarray | None = None
+def batch_arrays(rows: dict[str, np.ndarray], ptr: np.ndarray, dataset: GraphDataset
                  ) -> dict[str, np.ndarray]:
     """What assemble_batch gathers from, for graphs with stored `rows` (all fields, atoms
-    ptr[i]:ptr[i+1]): species, positions and forces in the model's precision, the GRAPH_ROWS,
-    and the edge shifts (computed unless given)."""
+    ptr[i]:ptr[i+1]): species, positions and forces in the model's precision, the GRAPH_ROWS
+    (the cells among them, from which the op computes the edge shifts)."""
     npf = numpy_dtype(dataset.dtype)
     out = graph_rows(rows, ptr, dataset.cutoff, dataset.dtype, dataset.use_stress)
-    if shifts is None:
-        edge_graph = torch.from_numpy(np.repeat(np.arange(len(ptr) - 1), num_edges))
-        cells = torch.from_numpy(out["cell"])
-        shifts = torch.empty((len(edge_graph), 3), dtype=dataset.dtype)
-        for a in range(0, len(edge_graph), 1 << 20):  # bounded temporaries
-            unit = torch.from_numpy(rows["unit_shifts"][a:a + (1 << 20)]).to(dataset.dtype)
-            shifts[a:a + len(unit)] = edge_shifts(unit, cells, edge_graph[a:a + len(unit)])
-        shifts = shifts.numpy()
-    return {**out, "shifts": shifts, "species": dataset.z_to_index[rows["numbers"]],
+    return {**out, "species": dataset.z_to_index[rows["numbers"]],
             "positions": rows["positions"].astype(npf), "forces": rows["forces"].astype(npf),
             "edge_index": rows["edge_index"], "unit_shifts": rows["unit_shifts"],
             "pbc": rows["pbc"]}
@@ -105,8 +99,7 @@ class BatchAssembler:
             ptr = np.concatenate([[0], np.cumsum(arrays.num_atoms)])
             with arrays.lock:
                 if key not in arrays.derived:
-                    arrays.derived[key] = batch_arrays(arrays.fields, ptr, arrays.num_edges,
-                                                       dataset)
+                    arrays.derived[key] = batch_arrays(arrays.fields, ptr, dataset)
             derived = arrays.derived[key]
             self.memory = {k: torch.from_numpy(v) for k, v in derived.items()}
             for kind in ("atoms", "edges"):
@@ -132,7 +125,7 @@ class BatchAssembler:
             num_atoms, num_edges = self.arrays.num_atoms[graphs], self.arrays.num_edges[graphs]
             ptr = np.zeros(n + 1, np.int64)
             np.cumsum(num_atoms, out=ptr[1:])
-            rows = batch_arrays(self.arrays.rows(graphs, STORED), ptr, num_edges, ds)
+            rows = batch_arrays(self.arrays.rows(graphs, STORED), ptr, ds)
             if (rows["species"] < 0).any():
                 ds.check_elements(graphs[np.searchsorted(ptr, np.argmax(rows["species"] < 0),
                                                          "right") - 1])
@@ -146,7 +139,7 @@ class BatchAssembler:
             index, arrays["atoms_start"], arrays["num_atoms"], arrays["edges_start"],
             arrays["num_edges"], arrays["species"], len(ds.z_table),
             [arrays["positions"], arrays["forces"]], arrays["edge_index"],
-            arrays["unit_shifts"], [arrays["shifts"]], [arrays[k] for k in (*GRAPH_ROWS, "pbc")],
+            arrays["unit_shifts"], arrays["cell"], [arrays[k] for k in (*GRAPH_ROWS, "pbc")],
             None if weights is None else torch.from_numpy(weights.astype(self.npf)))
         batch = Batch()
         batch.__dict__.update(zip(OUTPUTS, fields, strict=True))  # as Batch(**fields), faster

@@ -1,7 +1,7 @@
 """A GraphStore's concatenated shard arrays, held in memory or read per batch, vectorised.
 
 Memory rule: a store's arrays (every field of every shard, plus the arrays derived from them
-for training, mainly the per-edge shifts: `MEMORY_BYTES_PER_EDGE`) are held in memory when they
+for training: `MEMORY_BYTES_PER_EDGE`) are held in memory when they
 need at most `memory_budget()` bytes: a quarter of the node's available memory divided by the
 ranks the node holds (node CPUs / CPUs per rank). A batch is then gathered from them by one
 compiled call (train.batching). Otherwise each batch's rows are read from the shards: one HDF5
@@ -24,7 +24,7 @@ ATOM_FIELDS = ("positions", "numbers", "forces")
 EDGE_FIELDS = ("edge_index", "unit_shifts")  # edge_index is [2, edges]: rows along axis 1
 GRAPH_FIELDS = ("cell", "pbc", "energy", "stress", "has_stress")
 STORED = (*ATOM_FIELDS, *EDGE_FIELDS, *GRAPH_FIELDS)
-MEMORY_BYTES_PER_EDGE = 26  # derived: shifts (3 float64), ~2 for the atoms' (edges/atoms > 20)
+MEMORY_BYTES_PER_EDGE = 2  # derived: the atoms' fields in the model's precision (edges/atoms > 20)
 SLICE_ROWS = 200  # mean rows per graph from which slicing ranges beats gathering rows
 RANGE_READ_ROWS = 4  # mean rows per range from which a chunked dataset is read range by range
 _AXIS = {"edge_index": 1}
