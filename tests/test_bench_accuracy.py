@@ -249,6 +249,18 @@ def test_several_seeds_train_each_triple_and_write_the_overall_table(tmp_path, m
     record = json.loads((out / "accuracy_two.json").read_text())
     assert record["seeds"] == [3, 4] and [f["seed"] for f in record["per_seed"]] == [3, 4]
     assert any("noise floor" in line for line in record["goals"])
+    # a rerun takes the finished seeds as they are; other settings train them again
+    first = pd.read_csv(out / "accuracy_two_summary.csv")
+    calls.clear()
+    assert accuracy.run(parser.parse_args([*argv, "--seeds", "4", "3", "5"])) == 0
+    assert calls == [(5, "baseline", "seed5"), (5, "both", "seed5")]
+    again = pd.read_csv(out / "accuracy_two_summary.csv")
+    pd.testing.assert_frame_equal(again[again.seed != 5].sort_values(["seed", "run"])
+                                  .reset_index(drop=True),
+                                  first.sort_values(["seed", "run"]).reset_index(drop=True))
+    calls.clear()
+    assert accuracy.run(parser.parse_args([*argv, "--extra-epochs", "1"])) == 0
+    assert [c[0] for c in calls] == [3, 3, 4, 4]
     twice = [a if a != "4" else "3" for a in argv]  # --seeds 3 3: refused before training
     with pytest.raises(SystemExit, match="repeats a seed"):
         accuracy.run(parser.parse_args(twice))

@@ -16,7 +16,9 @@ Writes results/bench/accuracy_<name>.csv (one row per seed, run and epoch),
 accuracy_<name>_summary.csv (one row per seed and run), accuracy_<name>_overall.csv (one row per
 run: medians and min-max over the seeds), accuracy_<name>.json (settings, E0s, summaries, goals)
 and results/figures/fig_accuracy_<name>.png (+ .pdf); the runs' folders are kept in
-results/bench/accuracy_<name>/seed<k>/.
+results/bench/accuracy_<name>/seed<k>/. A seed whose three runs finished writes seed.json there
+(its curves, summary and the settings they were trained with): a rerun with the same settings,
+graphs and split (after a stop, or with more seeds) takes it instead of training it again.
 """
 
 from __future__ import annotations
@@ -232,14 +234,51 @@ def _settings(args: argparse.Namespace, seed: int) -> list[str]:
     return settings + list(args.overrides)
 
 
+SEED_RECORD = "seed.json"
+
+
+def seed_key(args: argparse.Namespace, seed: int, store, threads: int) -> dict:
+    """What a seed's runs depend on: training settings, ranks, threads, extra epochs, and the
+    graph shards and split (path, size, modification time)."""
+    def stamp(path: Path) -> list:
+        info = Path(path).stat()
+        return [str(Path(path).resolve()), info.st_size, info.st_mtime_ns]
+
+    return {"settings": _settings(args, seed), "ranks": args.ranks, "threads": threads,
+            "extra_epochs": args.extra_epochs,
+            "files": [stamp(f) for f in store.files] + [stamp(args.split_path)]}
+
+
+def finished_seed(work: Path, key: dict) -> tuple[pd.DataFrame, pd.DataFrame, dict] | None:
+    """A seed's (curves, summary, facts) from work/seed.json if it was trained with `key`."""
+    import json
+
+    try:
+        record = json.loads((work / SEED_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    if record.get("key") != json.loads(json.dumps(key)):
+        return None
+    return (pd.DataFrame(record["curve"]), pd.DataFrame(record["summary"]), record["facts"])
+
+
 def run_seed(args: argparse.Namespace, seed: int, store, graphs: list[Path], work: Path
              ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """The three runs of one seed in work/: (their curves, their summary, facts for the JSON);
-    a cfmtrain run short of mace_run_train's final force MAE trains up to --extra-epochs more."""
+    a cfmtrain run short of mace_run_train's final force MAE trains up to --extra-epochs more.
+    A seed finished before with the same settings (work/seed.json) is taken as it is."""
     from cfmtrain.train.build import load_parts
     from cfmtrain.train.config import load_config, to_dict
     from cfmtrain.train.distenv import available_cpus
+    from cfmtrain.train.summary import write_json
 
+    key = seed_key(args, seed, store, args.threads or available_cpus())
+    done = finished_seed(work, key)
+    if done is not None:
+        print(f"seed {seed}: its runs finished before with these settings ({work / SEED_RECORD})",
+              flush=True)
+        return done
+    (work / SEED_RECORD).unlink(missing_ok=True)
     cfg = load_config(None, _settings(args, seed))
     parts = load_parts(store, args.split_path, cfg)
     work.mkdir(parents=True, exist_ok=True)
@@ -274,7 +313,10 @@ def run_seed(args: argparse.Namespace, seed: int, store, graphs: list[Path], wor
              "graphs_per_part": {k: len(v) for k, v in parts.items()},
              "e0s_eV": {str(z): e for z, e in e0s.items()}, "e0s_max_abs_diff_eV": e0_diff,
              "config": to_dict(cfg)}
-    return curve.assign(seed=seed), summary.assign(seed=seed), facts
+    curve, summary = curve.assign(seed=seed), summary.assign(seed=seed)
+    write_json(work / SEED_RECORD, {"key": key, "curve": curve.to_dict("records"),
+                                    "summary": summary.to_dict("records"), "facts": facts})
+    return curve, summary, facts
 
 
 def run(args: argparse.Namespace) -> int:
