@@ -69,6 +69,7 @@ def test_summary_ratios_and_goals():
     assert not any("noise floor" in line for line in lines)  # one seed: no spread to state
     assert lines[-3].endswith(": met") and lines[-1].endswith("worst 1.100): met")
     assert lines[-2].endswith("step time: not met (worst 6.00%)")
+    assert "both against baseline after 4 epochs: MAE E 0.682x, F 0.682x" in lines  # 30 / 44
 
 
 def test_overall_takes_medians_over_seeds():
@@ -107,6 +108,9 @@ def test_overall_takes_medians_over_seeds():
                                "over the seeds by 33% (E)") for line in lines)
     assert lines[-3].endswith("(median over the seeds): met")
     assert lines[-1].endswith(": met") and "worst 1.083" in lines[-1]  # baseline E: 130 / 120
+    # medians: both E 110, F 52; baseline E 130, F 58
+    assert ("both against baseline after 5 epochs: MAE E 0.846x, F 0.897x (medians over the "
+            "seeds)") in lines
 
 
 def test_mace_log_times_and_curve(tmp_path):

@@ -244,5 +244,14 @@ def test_bench_loader_on_a_tiny_store(union, tmp_path):
         "method", "graphs", "batches", "graphs_per_batch", "atoms", "edges", "repeats",
         "median_s", "graphs_per_s", "graphs_per_s_min", "graphs_per_s_max", "identical_to_mace",
         "vs_mace", "source"]
-    assert len(table) == 4 and table.identical_to_mace.all() and (table.graphs == 6).all()
+    assert len(table) == 3 and table.identical_to_mace.all() and (table.graphs == 6).all()
     assert (table.graphs_per_s > 0).all()
+    assert not table.method.str.contains("before").any()  # the former path: full preset only
+    try:
+        assert bench.run(parser.parse_args(["--graphs", str(tmp_path / "tiny"), "--repeats", "1",
+                                            "--graphs-per-batch", "4", "--output", str(out),
+                                            "--preset", "full"])) == 0
+    finally:
+        torch.set_num_threads(threads)
+    table = pd.read_csv(out)
+    assert len(table) == 4 and table.method.str.contains("before").sum() == 1

@@ -292,3 +292,50 @@ def test_baseline_check_settings_parse_in_mace(tmp_path):
             args.batch_size, args.r_max, args.use_reduced_cg) == (
         o.lr, True, o.ema_decay, True, o.forces_weight, cfg.batch.graphs_per_batch, 4.5, False)
     assert args.radial_MLP == "[8, 8]" and args.model == "ScaleShiftMACE"
+
+
+def test_epoch_normalized_loss_weighs_every_graph_alike(store, model64):
+    """Summed over an epoch, the loss divided by the epoch's mean counts per step (balanced
+    variants) is the same however the graphs are batched into as many steps: each graph's energy
+    and each atom's forces weigh alike. Divided by each step's own counts, a step with one large
+    graph alone weighs its energy 4x; with energies alone and fixed-count batches the two agree."""
+    from cfmtrain.train.sampling import loss_normalizers
+
+    folder, model = store[0], model64
+    sizes = GraphStore(folder).num_atoms
+    order = [int(i) for i in np.argsort(-sizes, kind="stable")][:12]
+    fixed = [order[k:k + 3] for k in range(0, 12, 3)]  # 3 graphs a step
+    uneven = [order[:1], order[1:5], order[5:9], order[9:12]]  # the largest alone
+    errors = {}
+
+    def epoch_loss(batches, epoch_mean, forces_weight=100.0):
+        cfg = config_mod.load_config(overrides=[f"optim.forces_weight={forces_weight}"]).optim
+        counts = torch.tensor([[len(b), float(sizes[b].sum())] for b in batches],
+                              dtype=torch.float64)
+        total = 0.0
+        for b, (graphs, atoms) in zip(batches, loss_normalizers(counts, epoch_mean).tolist(),
+                                      strict=True):
+            key = tuple(b)
+            if key not in errors:
+                batch = collated(folder, b, model)
+                errors[key] = (batch, model(batch.to_dict(), training=True, compute_force=True))
+            batch, pred = errors[key]
+            total += float(distributed_loss(batch, pred, graphs, atoms, 1, cfg))
+        return total
+
+    balanced = epoch_loss(uneven, epoch_mean=True)
+    assert balanced == pytest.approx(epoch_loss(fixed, epoch_mean=True), rel=1e-12)
+    assert epoch_loss(uneven, epoch_mean=False) != pytest.approx(balanced, rel=1e-3)
+    energies = epoch_loss(fixed, epoch_mean=False, forces_weight=0.0)
+    assert energies == pytest.approx(epoch_loss(uneven, epoch_mean=True, forces_weight=0.0),
+                                     rel=1e-12)
+
+
+def test_loss_normalization_follows_the_variant():
+    for variant, mode, expected in [("baseline", "auto", False), ("balancer", "auto", True),
+                                    ("both", "auto", True), ("kernel", "auto", False),
+                                    ("matched", "auto", False), ("both", "step", False),
+                                    ("baseline", "epoch", True)]:
+        cfg = config_mod.load_config(overrides=[f"variant={variant}",
+                                                f"optim.loss_normalization={mode}"])
+        assert cfg.epoch_normalized is expected, (variant, mode)

@@ -159,6 +159,11 @@ def goal_lines(summary: pd.DataFrame) -> list[str]:
                      f"({row.mae_e_ratio:.3f}x mace_run_train's{spread(row, 'mae_e_ratio', '.3f')}"
                      f"), F {row.mae_f_meV_per_A:.2f} meV/Å ({row.mae_f_ratio:.3f}x"
                      f"{spread(row, 'mae_f_ratio', '.3f')})")
+    both, base = rows.loc["both"], rows.loc["baseline"]
+    lines.append(f"both against baseline after {int(both.equal_epochs)} epochs: MAE E "
+                 f"{both.mae_e_meV_per_atom / base.mae_e_meV_per_atom:.3f}x, F "
+                 f"{both.mae_f_meV_per_A / base.mae_f_meV_per_A:.3f}x"
+                 f"{' (medians over the seeds)' if several else ''}")
     if several:
         ref = rows.loc[MACE]
         lines.append(f"noise floor: mace_run_train's own MAEs after {int(ref.equal_epochs)} epochs "

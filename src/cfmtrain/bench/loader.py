@@ -6,7 +6,7 @@ graphs and the same batches (a seeded shuffle, a fixed graph count per batch):
 - mace-torch's own in-memory path: its torch_geometric DataLoader collating pre-built AtomicData
   (neighbour lists already computed, as `mace_run_train` holds them);
 - cfmtrain's former per-graph path: GraphDataset items read one by one and collated by
-  mace-torch's Collater.
+  mace-torch's Collater (full preset only: it takes half the quick preset's time in `all`).
 
 Every cfmtrain batch is compared with mace-torch's batch of the same graphs before the timing.
 """
@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-PRESETS = {"quick": {"scale": 0.1, "repeats": 5}, "full": {"scale": 1.0, "repeats": 5}}
+PRESETS = {"quick": {"scale": 0.1, "repeats": 5, "former": False},
+           "full": {"scale": 1.0, "repeats": 5, "former": True}}
 MINI_GRAPHS = Path("results/graphs/mini")
 OURS, MACE = "cfmtrain (arrays in memory)", "mace-torch DataLoader (pre-built AtomicData)"
 GOAL = 10.0  # issue 12: ours >= 10x mace-torch's in-memory path on one core
@@ -43,8 +44,10 @@ def make_batches(num_graphs: int, graphs_per_batch: int, seed: int) -> list[list
     return [order[i:i + graphs_per_batch] for i in range(0, num_graphs, graphs_per_batch)]
 
 
-def methods(dataset, batches: list[list[int]]) -> dict[str, Callable[[], Iterable]]:
-    """Each method as a function returning an iterable over all `batches`."""
+def methods(dataset, batches: list[list[int]], former: bool = True
+            ) -> dict[str, Callable[[], Iterable]]:
+    """Each method as a function returning an iterable over all `batches` (with `former`, also
+    cfmtrain's former per-graph path)."""
     import torch
     from mace.tools.torch_geometric.dataloader import Collater, DataLoader
 
@@ -54,20 +57,24 @@ def methods(dataset, batches: list[list[int]]) -> dict[str, Callable[[], Iterabl
     memory = BatchAssembler(dataset, StoreArrays(dataset.store, budget=2**62))
     disk = BatchAssembler(dataset, StoreArrays(dataset.store, budget=0))
     built = [dataset[i] for i in range(len(dataset))]  # as mace_run_train holds its data
-    return {
+    runs = {
         OURS: lambda: map(memory, batches),
         "cfmtrain (HDF5 read per batch)": lambda: map(disk, batches),
         MACE: lambda: DataLoader(built, batch_sampler=batches),
-        "cfmtrain per-graph (GraphDataset + Collater), before": lambda: torch.utils.data.DataLoader(
-            dataset, batch_sampler=batches, collate_fn=Collater([None], [None])),
     }
+    if former:
+        runs["cfmtrain per-graph (GraphDataset + Collater), before"] = \
+            lambda: torch.utils.data.DataLoader(dataset, batch_sampler=batches,
+                                                collate_fn=Collater([None], [None]))
+    return runs
 
 
-def measure(dataset, graphs_per_batch: int, repeats: int, seed: int = 0) -> list[dict]:
+def measure(dataset, graphs_per_batch: int, repeats: int, seed: int = 0,
+            former: bool = True) -> list[dict]:
     """One row per method: graphs/s over `repeats` passes (median, min, max), methods
     alternating within each pass so that a change of load affects all alike."""
     batches = make_batches(len(dataset), graphs_per_batch, seed)
-    runs = methods(dataset, batches)
+    runs = methods(dataset, batches, former)
     reference = list(runs[MACE]())
     identical = {name: all(not batch_differences(a, b) for a, b in
                            zip(fn(), reference, strict=True)) for name, fn in runs.items()}
@@ -152,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         store = store or [build_mini_store(Path(tmp), preset["scale"], 4.5)]
         dataset = open_dataset(store, args.dtype)
         rows = [{**row, "source": source} for size in args.graphs_per_batch
-                for row in measure(dataset, size, repeats)]
+                for row in measure(dataset, size, repeats, former=preset["former"])]
     output = args.output or Path(f"results/bench/loader_{args.preset}.csv")
     frame = report(rows, output, f"Batch assembly on one core, {len(dataset)} graphs of {source},"
                                  f" {args.dtype} (graphs/s: median of {repeats} passes)")

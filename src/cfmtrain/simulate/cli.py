@@ -303,7 +303,9 @@ def assumptions(args: argparse.Namespace, full: sizes_mod.Sizes, models: dict[st
         "this machine's per-rank speed, not an A100's: compare ratios (speedup, efficiency).",
         f"Accelerator case (assumed, not measured): a batch below {args.saturation_atoms:g} "
         "atoms costs as much as that many (the flat part of the paper's Figure 11 on an A100), "
-        "above it the CPU law; strong_accelerator.csv, weak_accelerator.csv.",
+        "above it the CPU law; strong_accelerator.csv, weak_accelerator.csv. It changes only "
+        "steps whose slowest rank holds fewer atoms; with many ranks a step's slowest rank "
+        "rarely does, so the two cases then give the same epoch time.",
         f"Step time = max over ranks + one {args.algorithm} all-reduce of {args.parameters:.3g} "
         f"float32 parameters (alpha {args.alpha:g} s, beta {args.beta:.3g} B/s; "
         "Slingshot-11-class public figures), no overlap with backward.",

@@ -79,6 +79,11 @@ class OptimConfig:
     energy_weight: float = 1.0
     forces_weight: float = 100.0
     stress_weight: float = 0.0  # > 0 trains on stress where the data has it
+    # what a step's loss is divided by: its own graph and atom counts (step: mace-torch's), or
+    # the epoch's mean counts per step (epoch: every graph and atom weighs the same whichever
+    # batch it lands in); auto: epoch for balanced batches, whose counts vary by design (a step
+    # of two 128-atom cells would weigh each cell's energy 8x that of a molecule in a step of 16)
+    loss_normalization: Literal["auto", "step", "epoch"] = "auto"
 
 
 @dataclasses.dataclass
@@ -110,6 +115,13 @@ class TrainConfig:
     def balanced(self) -> bool:
         """True for the variants batched by Algorithm 1."""
         return self.variant in ("balancer", "both")
+
+    @property
+    def epoch_normalized(self) -> bool:
+        """True if each step's loss is divided by the epoch's mean counts (optim.loss_normalization
+        epoch, or auto with balanced batches), False for the step's own (mace-torch's)."""
+        mode = self.optim.loss_normalization
+        return mode == "epoch" or (mode == "auto" and self.balanced)
 
 
 # YAML 1.2's finite numbers (PyYAML, a YAML 1.1 reader, leaves 1e-3 and 5e-07 as strings)

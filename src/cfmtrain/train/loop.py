@@ -16,7 +16,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from cfmtrain.train.loss import distributed_loss
 from cfmtrain.train.metrics import ErrorSums, StepTimes
-from cfmtrain.train.sampling import global_step_counts
+from cfmtrain.train.sampling import global_step_counts, loss_normalizers
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -99,7 +99,8 @@ def train_epoch(run, epoch: int, skip: int, on_step: Callable[[int, list], bool]
     """Steps `skip`.. of `epoch`; `on_step(steps_done_in_epoch, record)` returns True to stop.
     Returns this rank's step records (metrics.STEP_FIELDS)."""
     run.sampler.set_epoch(epoch)  # keeps a resumed sampler's start step within its epoch
-    counts = global_step_counts(run.sampler, run.train_set.num_atoms)
+    counts = loss_normalizers(global_step_counts(run.sampler, run.train_set.num_atoms),
+                              run.cfg.epoch_normalized)
     loader = run.make_loader(run.train_set, run.sampler)  # starts at step `skip` when resumed
     records: list[list] = []
     iterator, step = iter(loader), skip

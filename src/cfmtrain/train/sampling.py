@@ -51,6 +51,16 @@ def make_train_sampler(cfg: TrainConfig, num_atoms: np.ndarray, num_edges: np.nd
                      graphs_per_batch=count), capacity)
 
 
+def loss_normalizers(counts: torch.Tensor, epoch_mean: bool) -> torch.Tensor:
+    """[steps, 2] graphs and atoms each step's loss is divided by: the step's own counts, or with
+    `epoch_mean` the epoch's mean per step in every row, so that the epoch's summed loss weighs
+    every graph's energy and every atom's forces alike however the graphs are batched into its
+    steps (each graph's energy as fixed-count batches of as many steps weigh it)."""
+    if not epoch_mean or not len(counts):
+        return counts
+    return counts.mean(dim=0, keepdim=True).expand_as(counts).contiguous()
+
+
 def global_step_counts(sampler, num_atoms: np.ndarray) -> torch.Tensor:
     """[steps, 2]: graphs and atoms of each step over all ranks, from the epoch's plan (which
     every rank holds); padding copies (weight 0) are not counted."""
