@@ -29,7 +29,7 @@ rule bench_accuracy:
     params:
         graphs=graph_dirs,
         # the data set's E0s (given, fixed for a union's members that give them, or fitted)
-        options=lambda wildcards: ACCURACY_OPTIONS + " " + set_options(data_e0s(wildcards.dataset)),
+        options=lambda wildcards: f"{ACCURACY_OPTIONS} {set_options(data_e0s(wildcards.dataset))}",
     threads: workflow.cores
     resources:
         machine=ALONE,
