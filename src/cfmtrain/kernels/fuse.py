@@ -20,6 +20,7 @@ from cfmtrain.kernels.backend import (
 )
 from cfmtrain.kernels.conv import fuse_convs, unfuse_convs
 from cfmtrain.kernels.radial import fold_radial_mlps, unfold_radial_mlps
+from cfmtrain.kernels.reshape import fuse_reshapes, unfuse_reshapes
 from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
 
 
@@ -73,9 +74,10 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
     recorded per kernel in `model.cfmtrain_kernel_backend`: "cpu-fused" swaps in cfmtrain's
     kernels, "reference" the same fused symmetric contraction on cfmtrain's pure-PyTorch
     evaluator (kernels.reference), "cueq" mace-torch's cuEquivariance symmetric contraction,
-    "mace" leaves mace-torch's e3nn code. The conv (its radial MLP folded too, kernels.radial)
-    is fused with "cpu-fused" unless `conv=False`; otherwise it is mace-torch's own ("cueq" if
-    the model was built with cuEquivariance, else "mace").
+    "mace" leaves mace-torch's e3nn code. The conv (its radial MLP folded too, kernels.radial,
+    and the message's reshape a single permutation, kernels.reshape) is fused with "cpu-fused"
+    unless `conv=False`; otherwise it is mace-torch's own ("cueq" if the model was built with
+    cuEquivariance, else "mace").
     """
     chosen = backend is None
     device = model_device(model)
@@ -89,10 +91,12 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
     if backend == CPU_FUSED and conv:  # the conv with its weight path (the radial MLP)
         fuse_convs(model)
         fold_radial_mlps(model)
+        fuse_reshapes(model)
         conv_backend = CPU_FUSED
     else:
         unfuse_convs(model)
         unfold_radial_mlps(model)
+        unfuse_reshapes(model)
         conv_backend = mace_conv_backend(model)
         if chosen and backend != CPU_FUSED:  # a device without our kernels: warn once
             conv_backend = choose_conv_backend(device, model)
@@ -108,6 +112,7 @@ def unfuse_model(model: torch.nn.Module) -> torch.nn.Module:
             product.symmetric_contractions = sc.original
     unfuse_convs(model)
     unfold_radial_mlps(model)
+    unfuse_reshapes(model)
     if hasattr(model, "cfmtrain_kernel_backend"):
         del model.cfmtrain_kernel_backend
     return model
