@@ -4,13 +4,11 @@ pickling unchanged."""
 
 from __future__ import annotations
 
-import io
-
 import mace  # noqa: F401  (import mace before e3nn)
 import pytest
 import torch
 from e3nn.nn import FullyConnectedNet
-from test_fuse import atoms, batch_dict, energy_forces_grads, rel_err, small_model
+from test_fuse import assert_swap_exact_and_round_trips, rel_err
 
 from cfmtrain.kernels.radial import FoldedRadialMLP, fold_radial_mlps, unfold_radial_mlps
 
@@ -48,21 +46,5 @@ def test_unsupported_activation_is_refused():
 
 
 def test_folded_model_matches_mace_and_round_trips():
-    model = small_model()
-    batch = batch_dict(atoms())
-    expected = energy_forces_grads(model, batch)
-    keys = list(model.state_dict())
-    nets = [block.conv_tp_weights for block in model.interactions]
-    assert fold_radial_mlps(model) == len(nets) == 2
-    assert list(model.state_dict()) == keys
-    for got, want in zip(energy_forces_grads(model, batch), expected, strict=True):
-        assert rel_err(got, want) < 1e-12
-    buffer = io.BytesIO()
-    torch.save(model, buffer)
-    loaded = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
-    assert all(isinstance(b.conv_tp_weights, FoldedRadialMLP) for b in loaded.interactions)
-    for got, want in zip(energy_forces_grads(loaded, batch), expected, strict=True):
-        assert rel_err(got, want) < 1e-12
-    unfold_radial_mlps(model)
-    assert [block.conv_tp_weights for block in model.interactions] == nets
-    assert list(model.state_dict()) == keys
+    assert_swap_exact_and_round_trips(fold_radial_mlps, unfold_radial_mlps, "conv_tp_weights",
+                                      FoldedRadialMLP, 1e-12)

@@ -4,14 +4,12 @@ unfuse and pickling unchanged."""
 
 from __future__ import annotations
 
-import io
-
 import mace  # noqa: F401  (import mace before e3nn)
 import pytest
 import torch
 from e3nn import o3
 from mace.modules.irreps_tools import reshape_irreps
-from test_fuse import atoms, batch_dict, energy_forces_grads, rel_err, small_model
+from test_fuse import assert_swap_exact_and_round_trips
 
 from cfmtrain.kernels.reshape import FusedReshape, fuse_reshapes, unfuse_reshapes
 
@@ -54,20 +52,5 @@ def test_several_multiplicities_are_refused():
 
 
 def test_fused_reshape_in_a_model_matches_mace_and_round_trips():
-    model = small_model()
-    batch = batch_dict(atoms())
-    expected = energy_forces_grads(model, batch)
-    keys = list(model.state_dict())
-    originals = [block.reshape for block in model.interactions]
-    assert fuse_reshapes(model) == len(originals) == 2
-    assert list(model.state_dict()) == keys
-    for got, want in zip(energy_forces_grads(model, batch), expected, strict=True):
-        assert rel_err(got, want) < 1e-13
-    buffer = io.BytesIO()
-    torch.save(model, buffer)
-    loaded = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
-    assert all(isinstance(b.reshape, FusedReshape) for b in loaded.interactions)
-    for got, want in zip(energy_forces_grads(loaded, batch), expected, strict=True):
-        assert rel_err(got, want) < 1e-13
-    unfuse_reshapes(model)
-    assert [block.reshape for block in model.interactions] == originals
+    assert_swap_exact_and_round_trips(fuse_reshapes, unfuse_reshapes, "reshape", FusedReshape,
+                                      1e-13)

@@ -15,9 +15,11 @@ import torch
 from cfmtrain.kernels.conv import _permute
 
 
-def _is_mul_ir(module: torch.nn.Module) -> bool:
+def _fusable(module: torch.nn.Module) -> bool:
+    """True for a reshape of irreps of one multiplicity in mul_ir layout."""
     cueq = getattr(module, "cueq_config", None)
-    return cueq is None or getattr(cueq, "layout_str", "mul_ir") == "mul_ir"
+    mul_ir = cueq is None or getattr(cueq, "layout_str", "mul_ir") == "mul_ir"
+    return mul_ir and len(set(module.muls)) == 1
 
 
 def reshape_order(muls: list[int], dims: list[int]) -> torch.Tensor:
@@ -39,7 +41,7 @@ class FusedReshape(torch.nn.Module):
     def __init__(self, original: torch.nn.Module) -> None:
         super().__init__()
         muls, dims = list(original.muls), list(original.dims)
-        if len(set(muls)) != 1 or not _is_mul_ir(original):
+        if not _fusable(original):
             raise TypeError(f"FusedReshape: irreps of one multiplicity in mul_ir layout only, "
                             f"got multiplicities {muls}")
         self.mul, self.width = muls[0], sum(dims)
@@ -76,8 +78,7 @@ def fuse_reshapes(model: torch.nn.Module) -> int:
     fused = 0
     for block in model.modules():
         original = getattr(block, "reshape", None)
-        if isinstance(original, reshape_irreps) and len(set(original.muls)) == 1 \
-                and _is_mul_ir(original):
+        if isinstance(original, reshape_irreps) and _fusable(original):
             block.reshape = FusedReshape(original)
         fused += isinstance(getattr(block, "reshape", None), FusedReshape)
     return fused
