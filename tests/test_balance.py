@@ -21,7 +21,7 @@ from cfmtrain.balance import (
     step_balance,
 )
 from cfmtrain.balance.mixture import mixture_sizes, subset_counts
-from cfmtrain.balance.pack import descending_order, rebalance
+from cfmtrain.balance.pack import OVERSIZE_FILL, descending_order, pack_plan, rebalance
 from cfmtrain.balance.plan import Plan
 from cfmtrain.balance.refine import rebalance_reference, refine_reference
 
@@ -255,6 +255,38 @@ def test_oversize_error_names_graph_and_size():
     assert {tuple(b) for b in bins if len(b) == 1} >= {(2,), (4,)}
     with pytest.raises(ValueError, match="oversize must be"):
         pack_bins([1], 2, 1, oversize="skip")
+
+
+@pytest.mark.parametrize("num_ranks", [2, 4])
+@pytest.mark.parametrize("seed", [None, 0, 1])
+def test_oversize_graphs_train_beside_small_ones_at_their_own_step_time(num_ranks, seed):
+    """The real data's shape (5 TiAl cells of 128 atoms above the auto capacity of 61, among
+    molecules and dimers): each large cell's step gives the other ranks small graphs up to its
+    size (85-100% of it), so no step holds large cells only and no step is longer than before."""
+    sizes = np.array([128] * 5 + [9] * 400 + [6] * 120 + [2] * 120, np.int64)
+    rng = None if seed is None else np.random.default_rng(seed)
+    plan = pack_plan(sizes, 61, num_ranks, oversize="own_bin", rng=rng)
+    assert sorted(plan.flat.tolist()) == list(range(len(sizes)))
+    loads = plan.loads(sizes).reshape(-1, num_ranks)
+    big_steps = 0
+    for step, bins in enumerate(np.array(plan.bins(), dtype=object).reshape(-1, num_ranks)):
+        bigs = [b for b in bins if (sizes[b] > 61).any()]
+        assert len(bigs) <= 1 and all(len(b) == 1 for b in bigs)
+        if bigs:
+            big_steps += 1
+            assert loads[step].max() == 128
+            assert loads[step].min() >= OVERSIZE_FILL * 128
+        else:
+            assert loads[step].max() <= 61
+    assert big_steps == 5
+
+
+def test_oversize_graphs_share_a_step_when_small_graphs_cannot_fill_it():
+    sizes = np.array([1000, 900, 5, 10, 20], np.int64)
+    plan = pack_plan(sizes, 768, 2, oversize="own_bin")
+    assert sorted(map(sorted, plan.bins()[:2])) == [[0], [1]]  # the two large ones, one step
+    single = pack_plan(np.array([128, 128, 9, 9, 9], np.int64), 61, 1, oversize="own_bin")
+    assert sorted(map(len, single.bins())) == [1, 1, 3]  # one rank: nothing to fill
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 from cfmtrain.balance import STRATEGIES, Plan, plan_metrics, repeated_fraction, step_balance
 from cfmtrain.balance.metrics import batch_keys
 from cfmtrain.balance.mixture import mixture_sizes
-from cfmtrain.balance.strategies import fixed_count, hydragnn, lpt, max_atoms, quantize_up
+from cfmtrain.balance.pack import pack_plan
+from cfmtrain.balance.strategies import (
+    fixed_count,
+    hydragnn,
+    lpt,
+    max_atoms,
+    mix_equal_loads,
+    quantize_up,
+)
 
 CAPACITY_BOUND = {"algorithm1", "ffd", "max_atoms", "hydragnn"}
 
@@ -89,6 +97,32 @@ def test_randomised_algorithm1_keeps_balance_and_changes_batches():
         assert len(plan) == len(deterministic)
         assert np.array_equal(np.sort(plan.loads(sizes)), np.sort(deterministic.loads(sizes)))
     assert repeated_fraction(deterministic, deterministic) == 1.0
+
+
+def test_equal_load_bins_are_exchanged_between_steps_keeping_every_step_load():
+    """The real-data case behind mix_equal_loads: 54-atom cells topped up with dimers form bins of
+    load 60 built one after another, so the load-ordered pairing put two of them in one step; with
+    molecule bins of the same load they must now mostly meet those, each step's loads unchanged."""
+    sizes = np.array([54] * 8 + [2] * 24 + [9] * 240 + [6] * 40, np.int64)
+    kind = np.array(["cell"] * 8 + ["dimer"] * 24 + ["molecule"] * 280)
+    base = pack_plan(sizes, 60, 2, rng=np.random.default_rng(0))
+    loads = base.loads(sizes)
+    cell_bins = [k for k, b in enumerate(base.bins()) if "cell" in kind[b]]
+    assert set(loads[cell_bins]) == {60} and (loads == 60).sum() > 4 * len(cell_bins)
+
+    def cell_pairs(plan: Plan) -> int:
+        has = np.array(["cell" in kind[b] for b in plan.bins()]).reshape(-1, 2)
+        return int(has.all(axis=1).sum())
+
+    assert cell_pairs(base) == 4  # alike bins sit side by side in the load order
+    mixed = [mix_equal_loads(base, sizes, np.random.default_rng(s)) for s in range(20)]
+    for plan in mixed:
+        assert np.array_equal(plan.loads(sizes).reshape(-1, 2), loads.reshape(-1, 2))
+        assert sorted(plan.flat.tolist()) == sorted(base.flat.tolist())
+    assert np.mean([cell_pairs(p) for p in mixed]) < 1.0
+    assert len({p.flat.tobytes() for p in mixed}) == len(mixed)
+    seeded = [STRATEGIES["algorithm1"](sizes, 60, 2, seed=s, epoch=1) for s in range(20)]
+    assert np.mean([cell_pairs(p) for p in seeded]) < 1.0  # the sampler's strategy mixes them
 
 
 def test_tolerance_makes_near_equal_sizes_tie():

@@ -18,6 +18,7 @@ from cfmtrain import _balance
 from cfmtrain.balance.plan import Plan
 
 Oversize = Literal["error", "own_bin"]
+OVERSIZE_FILL = 0.85  # a large graph's step is built only if its partner bins reach this share
 
 
 def as_sizes(sizes, name: str = "sizes") -> np.ndarray:
@@ -88,18 +89,64 @@ def pack_plan(sizes, capacity: float, num_ranks: int, *, oversize: Oversize = "e
         return Plan(*fn(typed, order, cap, num_ranks, refine), num_ranks)
     fn, typed, cap = kernel("algorithm1", sizes, capacity)
     flat, offsets = fn(typed, order, cap, num_ranks, refine)
-    flat = np.concatenate([flat, big])  # each oversize graph alone in a bin of its own
+    steps, flat, offsets, big = oversize_steps(sizes, big, flat, offsets, num_ranks, rng)
+    flat = np.concatenate([flat, big])  # each oversize graph left alone in a bin of its own
     offsets = np.concatenate([offsets, offsets[-1] + np.arange(1, len(big) + 1)])
     plan = finalize(flat, offsets, sizes, num_ranks)
-    return rebalance(plan, sizes, capacity) if refine else plan
+    plan = rebalance(plan, sizes, capacity) if refine else plan
+    return Plan.from_bins(steps + plan.bins(), num_ranks)
+
+
+def oversize_steps(sizes: np.ndarray, big: np.ndarray, flat: np.ndarray, offsets: np.ndarray,
+                   num_ranks: int, rng: np.random.Generator | None
+                   ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+    """A step for each graph above the capacity (largest first) whose other ranks get bins of
+    the packed small graphs merged up to that graph's size (at least OVERSIZE_FILL of it): the step
+    takes the time the graph alone takes, and the graph is trained beside the other kinds of
+    structure instead of beside another large cell (steps of large cells alone slowed the
+    energy's learning on mixed data, README "Balancing that keeps accuracy"). Bins are taken
+    at random with `rng`, else the lightest first.
+
+    Returns (the steps' bins, the bins left as CSR flat and offsets, the graphs left over)."""
+    if num_ranks == 1 or not len(big):
+        return [], flat, offsets, big
+    summed = np.concatenate([[0], np.cumsum(sizes[flat])])
+    loads = summed[offsets[1:]] - summed[offsets[:-1]]
+    pool = rng.permutation(len(loads)) if rng is not None else np.argsort(loads, kind="stable")
+    cumulative = np.cumsum(loads[pool])
+    taken, steps, left = 0, [], []
+    for g in big[np.argsort(-sizes[big], kind="stable")]:
+        ends, end = [], taken
+        for _ in range(num_ranks - 1):  # each partner: the most bins that stay within the size
+            before = cumulative[end - 1] if end else 0
+            stop = int(np.searchsorted(cumulative, before + sizes[g], side="right"))
+            if stop == end or cumulative[stop - 1] - before < OVERSIZE_FILL * sizes[g]:
+                break
+            ends.append(stop)
+            end = stop
+        if len(ends) < num_ranks - 1:
+            left.append(g)  # the small graphs left cannot fill its step: alone, as before
+            continue
+        steps.append(np.array([g], np.int64))
+        for stop in ends:
+            steps.append(np.concatenate([flat[offsets[k]:offsets[k + 1]]
+                                         for k in pool[taken:stop]]))
+            taken = stop
+    rest = np.sort(pool[taken:])
+    counts = np.diff(offsets)[rest]
+    rest_flat = (np.concatenate([flat[offsets[k]:offsets[k + 1]] for k in rest]) if len(rest)
+                 else np.zeros(0, np.int64))
+    rest_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return steps, rest_flat, rest_offsets, np.asarray(left, np.int64)
 
 
 def pack_bins(sizes, capacity: float, num_ranks: int, *, oversize: Oversize = "error",
               refine: bool = True) -> list[np.ndarray]:
     """The paper's Algorithm 1: bins of graph indices, `bins[s*R:(s+1)*R]` being step s.
 
-    Every graph appears exactly once; no bin exceeds `capacity` (except a graph above it, alone,
-    with oversize='own_bin'; the default raises a ValueError naming it); the number of bins is a
+    Every graph appears exactly once; no bin exceeds `capacity` (except, with oversize='own_bin',
+    a graph above it, alone, and the bins beside it in its step, up to its size: see
+    `oversize_steps`; the default raises a ValueError naming it); the number of bins is a
     multiple of `num_ranks`; a bin is empty only when there are fewer graphs than bins.
     `refine=False` gives the paper's algorithm alone; the default adds our refinements, which act
     only when Algorithm 1 ends above the lower bound + R bins or below a step balance of 0.999.
