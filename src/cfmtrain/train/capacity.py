@@ -3,7 +3,8 @@ optimiser steps per epoch, so that `balancer` and `both` change the balance of t
 not their size (and accuracy per epoch stays comparable).
 
 Graphs larger than the chosen capacity each get a bin of their own (`oversize='own_bin'`), so a
-few large structures beside many small ones do not halve the step count.
+few large structures beside many small ones do not halve the step count; the other ranks of that
+step carry small graphs up to its size (`cfmtrain.balance.pack.oversize_steps`).
 """
 
 from __future__ import annotations
