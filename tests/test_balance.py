@@ -21,7 +21,7 @@ from cfmtrain.balance import (
     step_balance,
 )
 from cfmtrain.balance.mixture import mixture_sizes, subset_counts
-from cfmtrain.balance.pack import OVERSIZE_FILL, descending_order, pack_plan, rebalance
+from cfmtrain.balance.pack import OVERSIZE_FILL, descending_order, rebalance
 from cfmtrain.balance.plan import Plan
 from cfmtrain.balance.refine import rebalance_reference, refine_reference
 
