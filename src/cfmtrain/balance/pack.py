@@ -94,7 +94,11 @@ def pack_plan(sizes, capacity: float, num_ranks: int, *, oversize: Oversize = "e
     offsets = np.concatenate([offsets, offsets[-1] + np.arange(1, len(big) + 1)])
     plan = finalize(flat, offsets, sizes, num_ranks)
     plan = rebalance(plan, sizes, capacity) if refine else plan
-    return Plan.from_bins(steps + plan.bins(), num_ranks)
+    if not len(steps):
+        return plan
+    head = Plan.from_bins(steps, num_ranks)  # the large graphs' steps first, then the rest
+    return Plan(np.concatenate([head.flat, plan.flat]),
+                np.concatenate([head.offsets, head.offsets[-1] + plan.offsets[1:]]), num_ranks)
 
 
 def oversize_steps(sizes: np.ndarray, big: np.ndarray, flat: np.ndarray, offsets: np.ndarray,
@@ -110,8 +114,8 @@ def oversize_steps(sizes: np.ndarray, big: np.ndarray, flat: np.ndarray, offsets
     Returns (the steps' bins, the bins left as CSR flat and offsets, the graphs left over)."""
     if num_ranks == 1 or not len(big):
         return [], flat, offsets, big
-    summed = np.concatenate([[0], np.cumsum(sizes[flat])])
-    loads = summed[offsets[1:]] - summed[offsets[:-1]]
+    packed = Plan(flat, offsets, 1)
+    loads = packed.loads(sizes)
     pool = rng.permutation(len(loads)) if rng is not None else np.argsort(loads, kind="stable")
     cumulative = np.cumsum(loads[pool])
     taken, steps, left = 0, [], []
@@ -129,15 +133,10 @@ def oversize_steps(sizes: np.ndarray, big: np.ndarray, flat: np.ndarray, offsets
             continue
         steps.append(np.array([g], np.int64))
         for stop in ends:
-            steps.append(np.concatenate([flat[offsets[k]:offsets[k + 1]]
-                                         for k in pool[taken:stop]]))
+            steps.append(packed.reordered(pool[taken:stop]).flat)
             taken = stop
-    rest = np.sort(pool[taken:])
-    counts = np.diff(offsets)[rest]
-    rest_flat = (np.concatenate([flat[offsets[k]:offsets[k + 1]] for k in rest]) if len(rest)
-                 else np.zeros(0, np.int64))
-    rest_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return steps, rest_flat, rest_offsets, np.asarray(left, np.int64)
+    rest = packed.reordered(np.sort(pool[taken:]))
+    return steps, rest.flat, rest.offsets, np.asarray(left, np.int64)
 
 
 def pack_bins(sizes, capacity: float, num_ranks: int, *, oversize: Oversize = "error",
