@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cfmtrain import _balance
@@ -150,6 +150,9 @@ def test_refinement_saves_bins_on_small_cases(sizes, capacity, plain_bins, refin
 
 @SETTINGS
 @given(st.one_of(int_problems(), float_problems()))
+# two equal sizes: the polish's running loads sat an ulp below the sums of the same bins, so the
+# compiled rebalance kept a split that the reference (summing afresh) rejected
+@example((np.array([0.25, 0.4180968992833932, 0.4180968992833932, 0.15730021512300446]), 1.0, 2))
 def test_rebalance_compiled_equals_reference(problem):
     sizes, capacity, num_ranks = problem
     plan = pack_plan(sizes, capacity, num_ranks, refine=False)

@@ -132,6 +132,12 @@ void rebalance_steps(const T* size, i64* flat, i64* offsets, i64 bins, i64 num_r
       top = std::max(top, before);
     }
     if (!deal_step(size, flat, off[0], off[num_ranks], num_ranks, capacity, dealt, load)) continue;
+    // the loads summed afresh in bin order, as `top` is: the running sums of the deal and the
+    // polish can sit an ulp below, which would keep a split that does not lower the real maximum
+    for (i64 r = 0; r < num_ranks; ++r) {
+      load[r] = 0;
+      for (const i64 g : dealt[r]) load[r] += size[g];
+    }
     if (!(*std::max_element(load.begin(), load.end()) < top)) continue;
     std::iota(by_load.begin(), by_load.end(), 0);
     std::stable_sort(by_load.begin(), by_load.end(), [&load](i64 x, i64 y) {
