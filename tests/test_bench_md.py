@@ -68,11 +68,13 @@ def test_mp0_shapes_fuse_to_mace_torch_energy_and_forces(shape, hidden):
     fuse_model(model)
     assert set(kernel_backend(model).values()) == {"cpu-fused"}
     atoms.calc = MACECalculator(models=[model], device="cpu", default_dtype="float64")
-    # 1e-9, not 1e-12: once in a full-suite CI run (2026-11-26) mace-torch's own float64 energy
-    # came out 6.8e-10 (relative) off its value in isolation, while the fused energy equalled that
-    # isolated value bit for bit; the cause on mace-torch's side is not found
-    assert atoms.get_potential_energy() == pytest.approx(reference[0], rel=1e-9)
-    assert np.abs(atoms.get_forces() - reference[1]).max() <= 1e-12 * np.abs(reference[1]).max()
+    # 2e-8, not 1e-12: in two full-suite CI runs on fresh machines (2026-11-26) mace-torch's own
+    # float64 reference came out off its value in isolation (energy 6.8e-10 relative, forces 2.2e-9
+    # of the largest force), while the fused values equalled the isolated reference bit for bit;
+    # in isolation, with 1 or 2 threads, it is reproducible to 6e-18. The cause on mace-torch's
+    # side is not found. 2e-8 still fails a kernel that rounds through float32 (~1e-7).
+    assert atoms.get_potential_energy() == pytest.approx(reference[0], rel=2e-8)
+    assert np.abs(atoms.get_forces() - reference[1]).max() <= 2e-8 * np.abs(reference[1]).max()
     assert np.abs(reference[1]).max() > 1e-4  # a model that exerts forces
 
 
