@@ -46,8 +46,11 @@ def baseline_steps(num_graphs: int, graphs_per_batch: int, num_ranks: int) -> in
 
 
 def auto_capacity(sizes: np.ndarray, graphs_per_batch: int, num_ranks: int) -> Capacity:
-    """The smallest integer capacity whose Algorithm 1 plan has no more steps per epoch than the
-    fixed-count baseline (bisection on the real packer; the step count falls with capacity)."""
+    """The capacity whose Algorithm 1 plan comes nearest the fixed-count baseline's steps per
+    epoch: bisection on the real packer (the step count falls with capacity, by jumps) finds the
+    smallest capacity with no more steps than the baseline; of it and the capacity below it (more
+    steps), the one nearer the baseline's count wins, a tie going to more steps. So a jump from
+    32 steps to 28 round a baseline of 31 gives 32, not 28."""
     sizes = np.asarray(sizes, np.int64)
     target = baseline_steps(len(sizes), graphs_per_batch, num_ranks)
     mean = float(sizes.mean()) * graphs_per_batch if len(sizes) else 1.0
@@ -58,8 +61,13 @@ def auto_capacity(sizes: np.ndarray, graphs_per_batch: int, num_ranks: int) -> C
             high = mid
         else:
             low = mid + 1
-    return Capacity(value=high, source="auto", steps=balancer_steps(sizes, high, num_ranks),
-                    baseline_steps=target, baseline_mean=mean)
+    value, steps = high, balancer_steps(sizes, high, num_ranks)
+    if high > 1:
+        below = balancer_steps(sizes, high - 1, num_ranks)
+        if below - target <= target - steps:
+            value, steps = high - 1, below
+    return Capacity(value=value, source="auto", steps=steps, baseline_steps=target,
+                    baseline_mean=mean)
 
 
 def resolve_capacity(setting: int | str, sizes: np.ndarray, graphs_per_batch: int,
