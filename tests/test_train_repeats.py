@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from test_train_run import COMMON
 
+from cfmtrain.train import cli as train_cli
 from cfmtrain.train import contention, repeats
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,9 +100,16 @@ def test_host_sample_reads_proc_files(tmp_path):
 
 def test_the_command_must_be_train_with_an_output(tmp_path):
     with pytest.raises(ValueError, match="--output"):
-        repeats.repeat_command(["train", "--graphs", "g"], 1)
-    folder, command = repeats.repeat_command(["train", "--output", str(tmp_path), "--x"], 2)
-    assert folder == tmp_path and command == ["train", "--output", str(tmp_path / "rep2"), "--x"]
+        repeats.cell_command(["train", "--graphs", "g"], 2)
+    with pytest.raises(ValueError, match="cfmtrain cell --repeats"):
+        repeats.cell_command(["train", "--output", str(tmp_path), "--repeats", "2"], 2)
+    folder, command = repeats.cell_command(["train", "--output", str(tmp_path), "--x"], 2)
+    assert folder == tmp_path
+    assert command == ["train", "--output", str(tmp_path), "--x", "--repeats", "2"]
+    assert train_cli.repeat_outputs(tmp_path, None) == [tmp_path]
+    assert train_cli.repeat_outputs(tmp_path, 2) == [tmp_path / "rep1", tmp_path / "rep2"]
+    with pytest.raises(ValueError, match="at least 1"):
+        train_cli.repeat_outputs(tmp_path, 0)
 
 
 def cell_argv(data, out: Path, *settings: str) -> list[str]:
@@ -128,7 +136,11 @@ def test_cell_of_two_repeats_end_to_end_and_rerun(data, tmp_path):
     out = tmp_path / "cell"
     result = cell(data, out)
     assert result.returncode == 0, result.stderr
+    assert result.stderr.count("cfmtrain launch (direct)") == 1  # both repeats in one process
     reps = [json.loads((out / f"rep{k}" / "summary.json").read_text()) for k in (1, 2)]
+    # each repeat trains afresh with the same seed: the same losses, nothing carried over
+    losses = [pd.read_csv(out / f"rep{k}" / "epochs.csv").train_loss.tolist() for k in (1, 2)]
+    assert losses[0] == losses[1] and len(losses[0]) == 2
     summary = json.loads((out / "summary.json").read_text())
     times = sorted(r["epoch_time_s"] for r in reps)
     assert summary["epoch_time_s"] == pytest.approx(sum(times) / 2)
@@ -196,18 +208,17 @@ def test_sigterm_reaches_the_repeat_which_checkpoints(data, tmp_path):
 @pytest.mark.parametrize("count, code", [(3, 143), (2, 0)])
 def test_a_stop_after_a_complete_repeat_ends_the_cell_unless_it_was_the_last(
         tmp_path, monkeypatch, count, code):
-    calls = []
-
-    def fake_launch(argv):  # a repeat that completes, with SIGTERM seen from the second on
+    def fake_launch(argv):  # repeats 1 and 2 complete, SIGTERM seen, the training stops
         out = Path(argv[argv.index("--output") + 1])
-        out.mkdir(parents=True)
-        for name in repeats.PUBLISHED:
-            (out / name).write_text(name)
-        (out / "summary.json").write_text(json.dumps(run_summary(10.0 + len(calls), 1.0)))
-        calls.append(out.name)
-        return 0, len(calls) >= 2
+        for k in (1, 2):
+            (out / f"rep{k}").mkdir(parents=True)
+            for name in repeats.PUBLISHED:
+                (out / f"rep{k}" / name).write_text(name)
+            (out / f"rep{k}" / "summary.json").write_text(json.dumps(run_summary(10.0 + k, 1.0)))
+        assert argv[-2:] == ["--repeats", str(count)]
+        return 0, True
 
-    monkeypatch.setattr(repeats, "launch_repeat", fake_launch)
+    monkeypatch.setattr(repeats, "launch_repeats", fake_launch)
     parser = argparse.ArgumentParser()
     repeats.add_arguments(parser)
     args = parser.parse_args(["--repeats", str(count), "--ranks", "1", "--", "train",
@@ -217,5 +228,38 @@ def test_a_stop_after_a_complete_repeat_ends_the_cell_unless_it_was_the_last(
         assert repeats.run(args) == code
     finally:
         signal.signal(signal.SIGTERM, handler)  # a complete cell ignores SIGTERM from then on
-    assert calls == ["rep1", "rep2"]
     assert (tmp_path / "summary.json").exists() == (code == 0)
+
+
+@pytest.mark.parametrize("stop_in, trained", [(1, ["rep1"]), (3, ["rep1", "rep2", "rep3"])])
+def test_the_training_stops_between_repeats_on_sigterm(tmp_path, monkeypatch, stop_in,
+                                                       trained):
+    """`train --repeats 3`: a SIGTERM during a repeat that still completes ends the training
+    before the next repeat (ranks agree on it); during the last one, all three are done."""
+    from cfmtrain.train import distenv
+
+    calls = []
+
+    def fake_one(args, output, state, cfg, env, device, stop, last):
+        calls.append(output.name)
+        stop.requested = len(calls) == stop_in
+        assert last == (len(calls) == 3)
+        return True
+
+    monkeypatch.setattr(train_cli, "_train_one", fake_one)
+    monkeypatch.setattr(train_cli, "_settings", lambda *a: (None, argparse.Namespace(
+        timeout_s=60)))
+    monkeypatch.setattr(distenv, "init_process_group", lambda env, timeout_s: "cpu")
+    monkeypatch.setattr(distenv, "destroy", lambda: None)
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(key, value)
+    parser = argparse.ArgumentParser()
+    train_cli.add_arguments(parser)
+    args = parser.parse_args(["--graphs", "g", "--split", "s", "--output", str(tmp_path),
+                              "--repeats", "3"])
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        assert train_cli.run(args) == 0
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert calls == trained

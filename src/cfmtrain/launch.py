@@ -149,11 +149,15 @@ def run_srun(argv: list[str], env: dict[str, str]) -> int:
 
 
 def completed_run(command: list[str], since: float) -> Path | None:
-    """The summary.json in the command's `--output` folder if written after `since` (epoch
-    seconds): the run is complete (`cfmtrain train` writes it last, only then)."""
+    """The summary.json in the command's `--output` folder (with `--repeats N`, of its last
+    repeat, rep<N>) if written after `since` (epoch seconds): the run is complete (`cfmtrain
+    train` writes it last, only then)."""
     if "--output" not in command[:-1]:
         return None
-    summary = Path(command[command.index("--output") + 1]) / "summary.json"
+    folder = Path(command[command.index("--output") + 1])
+    if "--repeats" in command[:-1]:
+        folder = folder / f"rep{command[command.index('--repeats') + 1]}"
+    summary = folder / "summary.json"
     try:
         return summary if summary.stat().st_mtime >= since else None
     except OSError:

@@ -1,7 +1,9 @@
 """`cfmtrain train`: data-parallel MACE training on a graph store, one variant of the ablation.
 
 Launch one process per rank with `cfmtrain launch --ranks R -- train ...` (torchrun locally,
-srun under Slurm); a plain `cfmtrain train` is one rank.
+srun under Slurm); a plain `cfmtrain train` is one rank. With `--repeats N` the same
+processes train the run N times, each afresh, into OUTPUT/rep1 ... OUTPUT/repN (`cfmtrain
+cell` measures a cell so, without N process starts).
 """
 
 from __future__ import annotations
@@ -34,6 +36,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "of an unfinished run with the same settings")
     parser.add_argument("--dataset", help="data set name recorded in summary.json "
                                           "(default: the graph folder's name)")
+    parser.add_argument("--repeats", type=int, metavar="N",
+                        help="train the run N times, each afresh (a fresh model, the same "
+                             "seed), into OUTPUT/rep1 ... OUTPUT/repN; --resume applies to "
+                             "each (default: once, into OUTPUT itself)")
+
+
+def repeat_outputs(output: Path, repeats: int | None) -> list[Path]:
+    """The run folders: OUTPUT itself without --repeats, else OUTPUT/rep1 ... OUTPUT/repN."""
+    if repeats is None:
+        return [output]
+    if repeats < 1:
+        raise ValueError(f"--repeats must be at least 1, got {repeats}")
+    return [output / f"rep{k}" for k in range(1, repeats + 1)]
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -84,7 +99,9 @@ def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Set up torch.distributed, build the run on every rank, train, export."""
+    """Set up torch.distributed, build the run on every rank, train, export; with --repeats,
+    once per repeat in the same process group, stopping at a repeat that does not complete
+    (SIGTERM or max_steps: it leaves its checkpoint) or at a SIGTERM after a complete one."""
     import warnings
 
     import mace  # noqa: F401  (before e3nn: see SPEC)
@@ -94,32 +111,28 @@ def run(args: argparse.Namespace) -> int:
         warnings.filterwarnings("ignore", message=noise)
 
     from cfmtrain.train import distenv
-    from cfmtrain.train.build import build_run
-    from cfmtrain.train.checkpoint import CheckpointError
-    from cfmtrain.train.runner import train
+    from cfmtrain.train.loop import StopFlag
 
     overrides = list(args.overrides) + ([f"variant={args.variant}"] if args.variant else [])
     env = distenv.DistEnv.from_environ()
     try:
-        state = _resume_state(args, overrides, env.rank)
-        cfg = load_config(args.config, overrides, base=state["config"] if state else None)
-    except (ConfigError, CheckpointError, FileNotFoundError) as err:
+        outputs = repeat_outputs(args.output, args.repeats)
+        first = _settings(argparse.Namespace(**{**vars(args), "output": outputs[0]}),
+                          overrides, env.rank)
+    except (ValueError, ConfigError, FileNotFoundError) as err:
         print(f"cfmtrain train: {err}", file=sys.stderr)
         return 2
-    device = distenv.init_process_group(env, timeout_s=cfg.timeout_s)
+    device = distenv.init_process_group(env, timeout_s=first[1].timeout_s)
+    stop = StopFlag()
+    stop.install()
     try:
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        args.output.mkdir(parents=True, exist_ok=True)
-        if env.rank == 0:
-            from cfmtrain.train.summary import write_json
-
-            write_json(args.output / "config.json", to_dict(cfg))
-        graphs = args.graphs[0] if len(args.graphs) == 1 else list(args.graphs)
-        run_state = build_run(cfg, graphs, args.split, args.output, env, device,
-                              stats=state["stats"] if state else None)
-        run_state.dataset = args.dataset or args.graphs[0].resolve().name
-        code = train(run_state, state)
+        for k, output in enumerate(outputs):
+            settings = first if k == 0 else _settings(
+                argparse.Namespace(**{**vars(args), "output": output}), overrides, env.rank)
+            complete = _train_one(args, output, *settings, env, device, stop,
+                                  last=k == len(outputs) - 1)
+            if not complete or (k < len(outputs) - 1 and _agreed_stop(stop, env)):
+                break
     except BaseException:
         if env.world_size > 1:
             traceback.print_exc()
@@ -128,9 +141,49 @@ def run(args: argparse.Namespace) -> int:
         raise
     if env.world_size > 1:
         torch.distributed.barrier()  # every rank's outputs are complete
-        _hard_exit(code)
+        _hard_exit(0)
     distenv.destroy()
-    return code
+    return 0
+
+
+def _settings(args: argparse.Namespace, overrides: list[str], rank: int) -> tuple:
+    """(the checkpoint to resume from or None, the run's config) for the run folder
+    `args.output`; ConfigError, CheckpointError (a ValueError) or FileNotFoundError if
+    unusable."""
+    state = _resume_state(args, overrides, rank)
+    return state, load_config(args.config, overrides, base=state["config"] if state else None)
+
+
+def _train_one(args: argparse.Namespace, output: Path, state: dict | None, cfg, env, device,
+               stop, last: bool) -> bool:
+    """One run into `output` on this rank; True if it completed (summary.json written)."""
+    import torch
+
+    from cfmtrain.train.build import build_run
+    from cfmtrain.train.runner import train
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    output.mkdir(parents=True, exist_ok=True)
+    if env.rank == 0:
+        from cfmtrain.train.summary import write_json
+
+        write_json(output / "config.json", to_dict(cfg))
+    graphs = args.graphs[0] if len(args.graphs) == 1 else list(args.graphs)
+    run_state = build_run(cfg, graphs, args.split, output, env, device,
+                          stats=state["stats"] if state else None)
+    run_state.dataset = args.dataset or args.graphs[0].resolve().name
+    return train(run_state, state, stop, last=last)
+
+
+def _agreed_stop(stop, env) -> bool:
+    """True on every rank if any rank got SIGTERM (between repeats)."""
+    import torch
+
+    flag = torch.tensor([1.0 if stop.requested else 0.0])
+    if env.world_size > 1:
+        torch.distributed.all_reduce(flag)
+    return bool(flag.item() > 0)
 
 
 def _hard_exit(code: int) -> None:

@@ -1,12 +1,15 @@
 """`cfmtrain cell --repeats N --ranks R -- train ... --output CELL`: one training cell, measured
-N times. Each repeat is a full run of `cfmtrain launch` into CELL/rep<k>; then CELL/summary.json
-holds the median epoch time over the repeats with its min and max, each repeat's contention
-measures and verdict (train.contention), and the rest of the median repeat's summary, whose
-outputs (final.model, steps.csv, epochs.csv, test_mae.csv, config.json) are copied to CELL.
+N times. One `cfmtrain launch` runs `train --repeats N`: the same ranks train the run N times,
+each afresh, into CELL/rep1 ... CELL/repN (one process start per cell, not per repeat: ~5 s
+each of interpreter, torch and mace-torch imports saved); then CELL/summary.json holds the
+median epoch time over the repeats with its min and max, each repeat's contention measures and
+verdict (train.contention), and the rest of the median repeat's summary, whose outputs
+(final.model, steps.csv, epochs.csv, test_mae.csv, config.json) are copied to CELL.
 
-The command's `--resume auto` is passed to every repeat: a finished repeat (its summary.json
+The command's `--resume auto` applies to every repeat: a finished repeat (its summary.json
 written) trains afresh, so running the cell again (Snakemake's --forcerun) re-measures all of
-them; a repeat stopped part-way (SIGTERM, preemption) continues from its checkpoint.
+them; a repeat stopped part-way (SIGTERM, preemption) continues from its checkpoint. A SIGTERM
+ends the training at the next step (checkpoint) or, after a complete repeat, before the next.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from pathlib import Path
 import numpy as np
 
 from cfmtrain.atomic import atomic_path
-from cfmtrain.launch import completed_run
 from cfmtrain.train import contention
 
 # A repeat's outputs that the cell's folder keeps at its top level (readers of a cell use them).
@@ -50,14 +52,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="-- followed by the `cfmtrain train` arguments, with --output")
 
 
-def repeat_command(command: list[str], k: int) -> tuple[Path, list[str]]:
-    """(the cell folder, the command with its --output replaced by <cell>/rep<k>)."""
+def cell_command(command: list[str], repeats: int) -> tuple[Path, list[str]]:
+    """(the cell folder, the `train` command with `--repeats` added)."""
     if command[:1] != ["train"] or "--output" not in command[:-1]:
         raise ValueError("give the `train` command with its --output after `--`, e.g. "
                          "`cfmtrain cell --ranks 2 -- train --graphs G --split S --output CELL`")
-    at = command.index("--output") + 1
-    folder = Path(command[at])
-    return folder, [*command[:at], str(folder / f"rep{k}"), *command[at + 1:]]
+    if "--repeats" in command:
+        raise ValueError("give the repeats to `cfmtrain cell --repeats`, not to `train`")
+    if repeats < 1:
+        raise ValueError(f"--repeats must be at least 1, got {repeats}")
+    folder = Path(command[command.index("--output") + 1])
+    return folder, [*command, "--repeats", str(repeats)]
 
 
 def _number(value) -> float:
@@ -116,7 +121,7 @@ def read_summary(path: Path) -> dict:
         raise ValueError(f"{path}: cannot read the repeat's summary ({err})") from None
 
 
-def launch_repeat(argv: list[str]) -> tuple[int, bool]:
+def launch_repeats(argv: list[str]) -> tuple[int, bool]:
     """Run `cfmtrain launch` as a child, passing a SIGTERM on; (exit code, SIGTERM seen)."""
     stopped: list[int] = []
     proc = subprocess.Popen(argv)
@@ -133,17 +138,24 @@ def launch_repeat(argv: list[str]) -> tuple[int, bool]:
     return (128 - code if code < 0 else code), bool(stopped)
 
 
+def completed_repeat(folder: Path, since: float) -> Path | None:
+    """The repeat folder's summary.json if written after `since` (the repeat is complete)."""
+    summary = folder / "summary.json"
+    try:
+        return summary if summary.stat().st_mtime >= since else None
+    except OSError:
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the repeats one after another, then write the cell's outputs; the failing repeat's
-    exit code (143 after SIGTERM) if one does not finish."""
+    """Train the repeats (one launch), then write the cell's outputs; the launch's exit code
+    (143 after SIGTERM, 1 if it exited 0) if a repeat did not finish."""
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
     try:
-        if args.repeats < 1:
-            raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
         limits = contention.Thresholds(args.max_wall_cpu_ratio, args.max_steal_fraction)
-        folder = repeat_command(command, 1)[0]
+        folder, command = cell_command(command, args.repeats)
     except ValueError as err:
         raise SystemExit(f"cfmtrain cell: {err}") from None
     from cfmtrain.train.checkpoint import CHECKPOINT, PREVIOUS  # (torch: only once checked)
@@ -154,23 +166,20 @@ def run(args: argparse.Namespace) -> int:
     launch = [sys.executable, "-m", "cfmtrain", "launch", "--ranks", str(args.ranks),
               f"--srun-args={args.srun_args}",
               *(["--threads", str(args.threads)] if args.threads else []), "--"]
+    print(f"cfmtrain cell: {args.repeats} repeat(s) into {folder}/rep<k>", file=sys.stderr,
+          flush=True)
+    since = time.time()
+    code, stopped = launch_repeats([*launch, *command])
     summaries = []
     for k in range(1, args.repeats + 1):
-        _, rep = repeat_command(command, k)
-        print(f"cfmtrain cell: repeat {k} of {args.repeats}", file=sys.stderr, flush=True)
-        since = time.time()
-        code, stopped = launch_repeat([*launch, *rep])
-        done = completed_run(rep, since)
-        if code or done is None:
-            print(f"cfmtrain cell: repeat {k} ({folder / f'rep{k}'}) did not finish (exit "
+        rep = folder / f"rep{k}"
+        done = None if code else completed_repeat(rep, since)
+        if done is None:
+            print(f"cfmtrain cell: repeat {k} ({rep}) did not finish (exit "
                   f"{code}{', SIGTERM' if stopped else ''}); running the cell again continues it",
                   file=sys.stderr, flush=True)
             return code or (143 if stopped else 1)
         summaries.append(read_summary(done))
-        if stopped and k < args.repeats:  # the stop came once the repeat was complete
-            print(f"cfmtrain cell: stopped (SIGTERM) after repeat {k}; running the cell again "
-                  "measures every repeat", file=sys.stderr, flush=True)
-            return 143
     try:
         cell, middle = aggregate(summaries, limits)
     except ValueError as err:

@@ -191,9 +191,11 @@ def finish(run: Run, recorder: Recorder, host: dict) -> dict:
     return result
 
 
-def train(run: Run, state: dict | None) -> int:
-    """Train `run` (restored from `state` if given) to the end or to a stop; returns 0. A run
-    whose checkpoint ends its last epoch only finishes. After the outputs, SIGTERM is ignored."""
+def train(run: Run, state: dict | None, stop: StopFlag, last: bool = True) -> bool:
+    """Train `run` (restored from `state` if given) to the end or to a stop (SIGTERM, seen
+    through `stop`, or max_steps); True if it completed. A run whose checkpoint ends its last
+    epoch only finishes. After the outputs of the `last` run of the process, SIGTERM is
+    ignored; after an earlier one `stop` keeps recording it (the caller stops between runs)."""
     epoch, skip, partial = 0, 0, None
     main = run.env.rank == 0
     if state is not None:
@@ -208,8 +210,6 @@ def train(run: Run, state: dict | None) -> int:
     if main and epoch < run.cfg.epochs:
         (run.out / "summary.json").unlink(missing_ok=True)  # of an earlier run: now stale
     recorder = Recorder(run.out, main, run.global_step, epoch)
-    stop = StopFlag()
-    stop.install()
     start = contention.host_sample()
     while epoch < run.cfg.epochs:
         if not run_epoch(run, epoch, skip, partial, stop, recorder):
@@ -217,7 +217,7 @@ def train(run: Run, state: dict | None) -> int:
                 print(f"stopped at global step {run.global_step}: checkpoint written to "
                       f"{run.out / ckpt.CHECKPOINT}; continue with --resume",
                       file=sys.stderr, flush=True)
-            return 0
+            return False
         epoch, skip, partial = epoch + 1, 0, None
     end = contention.host_sample()
     finish(run, recorder, {f"{k}_{when}": v[k] for when, v in (("start", start), ("end", end))
@@ -225,5 +225,6 @@ def train(run: Run, state: dict | None) -> int:
     # Every output is complete (rank 0 wrote them; other ranks only wait for the end now). A
     # SIGTERM from here on, e.g. in the interpreter's teardown after Python's handlers are
     # gone, must not make the process exit 143: Snakemake would delete the finished outputs.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    return 0
+    if last:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return True
