@@ -48,7 +48,6 @@ def test_explicit_capacity_far_above_the_baseline_warns():
     assert quiet is None and near.steps <= auto.steps
 
 
-
 def test_auto_capacity_takes_the_nearer_side_of_a_jump():
     # 124 graphs on 2 ranks, 2 per batch, as the default cells' mini_s (ten 768-atom cells, some
     # mid-size, many small molecules): the step count jumps from 32 (capacity 23) to 23 (24)

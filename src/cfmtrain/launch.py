@@ -157,6 +157,11 @@ def completed_run(command: list[str], since: float) -> Path | None:
     folder = Path(command[command.index("--output") + 1])
     if "--repeats" in command[:-1]:
         folder = folder / f"rep{command[command.index('--repeats') + 1]}"
+    return summary_written(folder, since)
+
+
+def summary_written(folder: Path, since: float) -> Path | None:
+    """The run folder's summary.json if written after `since` (epoch seconds), else None."""
     summary = folder / "summary.json"
     try:
         return summary if summary.stat().st_mtime >= since else None

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
                 argparse.Namespace(**{**vars(args), "output": output}), overrides, env.rank)
             complete = _train_one(args, output, *settings, env, device, stop,
                                   last=k == len(outputs) - 1)
-            if not complete or (k < len(outputs) - 1 and _agreed_stop(stop, env)):
+            if not complete or (k < len(outputs) - 1 and stop.agreed()):
                 break
     except BaseException:
         if env.world_size > 1:
@@ -174,16 +174,6 @@ def _train_one(args: argparse.Namespace, output: Path, state: dict | None, cfg, 
                           stats=state["stats"] if state else None)
     run_state.dataset = args.dataset or args.graphs[0].resolve().name
     return train(run_state, state, stop, last=last)
-
-
-def _agreed_stop(stop, env) -> bool:
-    """True on every rank if any rank got SIGTERM (between repeats)."""
-    import torch
-
-    flag = torch.tensor([1.0 if stop.requested else 0.0])
-    if env.world_size > 1:
-        torch.distributed.all_reduce(flag)
-    return bool(flag.item() > 0)
 
 
 def _hard_exit(code: int) -> None:

@@ -33,6 +33,13 @@ class StopFlag:
         """Handle SIGTERM by asking the loop to checkpoint and stop at the next step end."""
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "requested", True))
 
+    def agreed(self) -> bool:
+        """True on every rank if any rank got SIGTERM (one tiny all-reduce: a collective)."""
+        flag = torch.tensor([1.0 if self.requested else 0.0])
+        if world_size() > 1:
+            dist.all_reduce(flag)
+        return bool(flag.item() > 0)
+
 
 def world_size() -> int:
     """Ranks in the run (1 without torch.distributed)."""

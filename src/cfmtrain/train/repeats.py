@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.launch import summary_written
 from cfmtrain.train import contention
 
 # A repeat's outputs that the cell's folder keeps at its top level (readers of a cell use them).
@@ -138,15 +139,6 @@ def launch_repeats(argv: list[str]) -> tuple[int, bool]:
     return (128 - code if code < 0 else code), bool(stopped)
 
 
-def completed_repeat(folder: Path, since: float) -> Path | None:
-    """The repeat folder's summary.json if written after `since` (the repeat is complete)."""
-    summary = folder / "summary.json"
-    try:
-        return summary if summary.stat().st_mtime >= since else None
-    except OSError:
-        return None
-
-
 def run(args: argparse.Namespace) -> int:
     """Train the repeats (one launch), then write the cell's outputs; the launch's exit code
     (143 after SIGTERM, 1 if it exited 0) if a repeat did not finish."""
@@ -173,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     summaries = []
     for k in range(1, args.repeats + 1):
         rep = folder / f"rep{k}"
-        done = None if code else completed_repeat(rep, since)
+        done = None if code else summary_written(rep, since)
         if done is None:
             print(f"cfmtrain cell: repeat {k} ({rep}) did not finish (exit "
                   f"{code}{', SIGTERM' if stopped else ''}); running the cell again continues it",

@@ -62,14 +62,6 @@ class Recorder:
             summary.write_rows(self.out / "epochs.csv", summary.EPOCH_FIELDS, self.epochs)
 
 
-def _agree(run: Run, stop: StopFlag) -> bool:
-    """True on every rank if any rank got SIGTERM (one tiny all-reduce per step)."""
-    flag = torch.tensor([1.0 if stop.requested else 0.0])
-    if world_size() > 1:
-        dist.all_reduce(flag)
-    return bool(flag.item() > 0)
-
-
 def _checkpoint(run: Run, epoch: int, done: int, t_start: float, pending: list,
                 recorder: Recorder) -> None:
     """A mid-epoch checkpoint (collective: gathers step records and partial sums)."""
@@ -103,7 +95,7 @@ def run_epoch(run: Run, epoch: int, skip: int, partial: dict | None, stop: StopF
         pending.append(record)
         bar.update(1)
         budget = 0 < cfg.max_steps <= run.global_step and not (last_epoch and done == steps)
-        halt["now"] = _agree(run, stop) or budget  # max_steps at the run's end: just finish
+        halt["now"] = stop.agreed() or budget  # max_steps at the run's end: just finish
         every = cfg.checkpoint_every and run.global_step % cfg.checkpoint_every == 0
         if done < steps and (halt["now"] or every):
             _checkpoint(run, epoch, done, t_start, pending, recorder)
@@ -117,7 +109,7 @@ def run_epoch(run: Run, epoch: int, skip: int, partial: dict | None, stop: StopF
     wall = time.perf_counter() - t_start
     recorder.add_steps(pending)
     _end_epoch(run, epoch, wall, partial is not None, recorder)
-    return not (halt["now"] or _agree(run, stop))
+    return not (halt["now"] or stop.agreed())
 
 
 def _end_epoch(run: Run, epoch: int, wall: float, resumed: bool, recorder: Recorder) -> None:
