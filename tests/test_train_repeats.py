@@ -137,8 +137,10 @@ def test_cell_of_two_repeats_end_to_end_and_rerun(data, tmp_path):
     result = cell(data, out)
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("cfmtrain launch (direct)") == 1  # both repeats in one process
+    assert result.stderr.count("memory warm-up") == 1  # the second repeat reuses the memory
     reps = [json.loads((out / f"rep{k}" / "summary.json").read_text()) for k in (1, 2)]
-    # each repeat trains afresh with the same seed: the same losses, nothing carried over
+    # each repeat trains afresh with the same seed: the same losses, nothing carried over (nor
+    # the first repeat's warm-up)
     losses = [pd.read_csv(out / f"rep{k}" / "epochs.csv").train_loss.tolist() for k in (1, 2)]
     assert losses[0] == losses[1] and len(losses[0]) == 2
     summary = json.loads((out / "summary.json").read_text())

@@ -25,6 +25,7 @@ from cfmtrain.train import contention, summary
 from cfmtrain.train.build import Run
 from cfmtrain.train.loop import StopFlag, evaluate, train_epoch, world_size
 from cfmtrain.train.metrics import STEP_FIELDS, ErrorSums
+from cfmtrain.train.warmup import warm_up
 
 
 class Recorder:
@@ -202,6 +203,8 @@ def train(run: Run, state: dict | None, stop: StopFlag, last: bool = True) -> bo
     if main and epoch < run.cfg.epochs:
         (run.out / "summary.json").unlink(missing_ok=True)  # of an earlier run: now stale
     recorder = Recorder(run.out, main, run.global_step, epoch)
+    if epoch < run.cfg.epochs:
+        warm_up(run, range(epoch, run.cfg.epochs))
     start = contention.host_sample()
     while epoch < run.cfg.epochs:
         if not run_epoch(run, epoch, skip, partial, stop, recorder):
