@@ -221,6 +221,9 @@ def test_bench_end_to_end(tmp_path):
     assert steps["both"] <= steps["baseline"] == record["capacity"]["baseline_steps"]
     assert steps["both"] >= 0.9 * steps["baseline"]
     assert (tmp_path / "fig.png").stat().st_size > 0 and (tmp_path / "fig.pdf").exists()
+    for variant in ("baseline", "both"):  # no warm-up: first-touch costs timed, as mace-torch's
+        log = (out / "accuracy_tiny" / "seed0" / f"{variant}.log").read_text()
+        assert "cfmtrain launch" in log and "memory warm-up" not in log
 
 
 def test_several_seeds_train_each_triple_and_write_the_overall_table(tmp_path, monkeypatch):

@@ -233,7 +233,8 @@ def _settings(args: argparse.Namespace, seed: int) -> list[str]:
              "correlation": args.correlation}
     settings = [f"model.{k}={v if v is not None else preset[k]}" for k, v in model.items()]
     settings += [f"epochs={args.epochs or preset['epochs']}", f"seed={seed}",
-                 "progress=false", "measure_straggler=false"]
+                 "progress=false", "measure_straggler=false",
+                 "warm_up=false"]  # first-touch costs inside the timed epochs, as mace-torch's
     if args.graphs_per_batch:
         settings.append(f"batch.graphs_per_batch={args.graphs_per_batch}")
     return settings + list(args.overrides)

@@ -18,7 +18,7 @@ from cfmtrain.train.config import VARIANTS, ConfigError, load_config, to_dict
 
 # Keys that may differ between a checkpoint and the run that resumes it.
 RESUMABLE = {"epochs", "max_steps", "checkpoint_every", "progress", "timeout_s", "threads",
-             "measure_straggler", "batch.num_workers", "batch.pin_memory"}
+             "measure_straggler", "warm_up", "batch.num_workers", "batch.pin_memory"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

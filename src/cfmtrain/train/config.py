@@ -99,6 +99,8 @@ class TrainConfig:
     eval_fraction: float = 1.0
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only at the end
     measure_straggler: bool = True  # barrier after local backward to time the straggler cost
+    # one forward and backward on each rank's largest batch before the epochs (train.warmup)
+    warm_up: bool = True
     threads: int = 0  # torch threads per rank; 0 = from the allocation
     timeout_s: float = 600.0  # collective timeout: a dead or hung rank fails the others
     progress: bool = True

@@ -203,7 +203,7 @@ def train(run: Run, state: dict | None, stop: StopFlag, last: bool = True) -> bo
     if main and epoch < run.cfg.epochs:
         (run.out / "summary.json").unlink(missing_ok=True)  # of an earlier run: now stale
     recorder = Recorder(run.out, main, run.global_step, epoch)
-    if epoch < run.cfg.epochs:
+    if epoch < run.cfg.epochs and run.cfg.warm_up:
         warm_up(run, range(epoch, run.cfg.epochs))
     start = contention.host_sample()
     while epoch < run.cfg.epochs:
