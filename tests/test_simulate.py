@@ -133,6 +133,13 @@ def test_weak_fit_is_refused_with_the_reason():
     judged = verdict(good, off, 0.95, 0.15)
     assert not judged["supported"] and judged["worst_validation_error"] == pytest.approx(0.3)
     assert "worst cell error 30.0% (d/r2, wall time) > 15%" in judged["unsupported_reason"]
+    # a cell without an error (its CPU time not recorded) fails the fit, not passes unseen
+    unknown = pd.concat([validation, validation.assign(validated_on=["d/r1"],
+                                                       validation_error=[np.nan],
+                                                       validated_by=["CPU time (contended cell)"])])
+    judged = verdict(good, unknown, 0.95, 0.15)
+    assert not judged["supported"]
+    assert judged["unsupported_reason"] == "no validation error (NaN) for d/r1"
 
 
 def epoch_of(law, schedule) -> float:

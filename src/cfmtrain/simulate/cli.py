@@ -161,8 +161,11 @@ def verdict(model: CostModel, validation: pd.DataFrame, min_r2: float,
     if not model.r2 >= min_r2:
         reasons.append(f"calibration fit R² {model.r2:.3f} < {min_r2:g}")
     worst = float(rows.validation_error.abs().max()) if not rows.empty else float("nan")
+    unknown = rows[rows.validation_error.isna()]
     if rows.empty:
         reasons.append("no measured cell to validate on")
+    elif len(unknown):  # pandas' max skips NaN: such a cell would pass unseen
+        reasons.append(f"no validation error (NaN) for {', '.join(unknown.validated_on)}")
     elif not worst <= max_error:
         row = rows.loc[rows.validation_error.abs().idxmax()]
         reasons.append(f"worst cell error {100 * worst:.1f}% ({row.validated_on}, "

@@ -101,7 +101,9 @@ def predict_run(run: Run, model: CostModel, network: Network,
     contended = (bool(run.summary.get("contended", False))
                  or ratio > Thresholds().max_wall_cpu_ratio)
     epoch_error = (predicted - measured) / measured
-    cpu_error = (epochs[("predicted_compute", "sum")].mean() - cpu) / cpu
+    # steps.csv of an older version has no CPU times (0 or NaN here): no CPU-time error then
+    cpu_error = ((epochs[("predicted_compute", "sum")].mean() - cpu) / cpu if cpu > 0
+                 else float("nan"))
     return {"variant": run.variant, "validated_on": f"{run.dataset}/r{run.ranks}",
             "ranks": run.ranks, "measured_epoch_s": measured, "predicted_epoch_s": predicted,
             "epoch_rel_error": epoch_error,
