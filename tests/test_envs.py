@@ -2,8 +2,10 @@
 post-deploy script installs cfmtrain; every rule runs in it; `make test` honours
 CFMTRAIN_SKIP_SLURM."""
 
+import os
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -154,3 +156,53 @@ def test_make_test_skips_the_slurm_install_only_when_asked(tmp_path):
     assert result.returncode != 0 and calls.split("\n") == ["setup", "slurm", ""]
     result, calls = _make_test(tmp_path / "c", CFMTRAIN_SKIP_SLURM="0")
     assert result.returncode != 0 and "slurm" in calls
+
+
+# --- scripts/setup.sh: a .venv set up from the same inputs is kept (no pip) ---
+
+def _setup_copy(tmp_path: Path) -> Path:
+    """The set-up's inputs copied to tmp_path, with a .venv whose python is this one (which
+    imports cfmtrain and its compiled ops) and no pip: any pip call fails."""
+    for rel in ("scripts/setup.sh", "scripts/setup_inputs.sh", "pyproject.toml", "setup.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    shutil.copytree(ROOT / "kernels", tmp_path / "kernels",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # this venv's python
+    python.chmod(0o755)
+    return tmp_path
+
+
+def _inputs(copy: Path, **env: str) -> str:
+    return subprocess.run(["bash", "scripts/setup_inputs.sh", ".venv/bin/python"], cwd=copy,
+                          capture_output=True, text=True, check=True,
+                          env={**os.environ, **env}).stdout.strip()
+
+
+def test_setup_inputs_hash_changes_with_each_input(tmp_path):
+    copy = _setup_copy(tmp_path)
+    first = _inputs(copy)
+    assert len(first) == 40 and _inputs(copy) == first
+    assert _inputs(copy, CFMTRAIN_CPU_ARCH="generic") != first
+    source = next((copy / "kernels").rglob("*.cpp"))
+    source.write_text(source.read_text() + "\n// changed\n")
+    assert _inputs(copy) != first
+
+
+def test_setup_skips_pip_only_for_the_same_inputs(tmp_path):
+    copy = _setup_copy(tmp_path)
+    stamp = copy / ".venv" / ".cfmtrain-setup"
+    stamp.write_text(_inputs(copy) + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "CFMTRAIN_CPU_ARCH"}
+    done = subprocess.run(["bash", "scripts/setup.sh"], cwd=copy, capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "set-up up to date" in done.stdout and stamp.exists()
+    (copy / "setup.py").write_text((copy / "setup.py").read_text() + "\n# changed\n")
+    done = subprocess.run(["bash", "scripts/setup.sh"], cwd=copy, capture_output=True,
+                          text=True, env=env, timeout=120)
+    # the inputs changed: it runs pip (absent here, so it fails) and drops the stale stamp
+    assert done.returncode != 0 and ".venv/bin/pip" in done.stderr
+    assert not stamp.exists()
