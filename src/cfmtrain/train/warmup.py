@@ -67,6 +67,6 @@ def warm_up(run, epochs: range) -> float:
         _peak["edges"] = max(_peak["edges"], int(batch.edge_index.shape[1]))
     seconds = time.perf_counter() - t0
     if run.env.rank == 0:
-        print(f"memory warm-up on the largest batch ({_peak['atoms']} atoms, {_peak['edges']} "
-              f"edges): {seconds:.1f} s", file=sys.stderr, flush=True)
+        print(f"memory warm-up on {len(batches)} largest batch(es) (up to {_peak['atoms']} "
+              f"atoms, {_peak['edges']} edges): {seconds:.1f} s", file=sys.stderr, flush=True)
     return seconds
