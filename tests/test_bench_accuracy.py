@@ -224,6 +224,7 @@ def test_bench_end_to_end(tmp_path):
     for variant in ("baseline", "both"):  # no warm-up: first-touch costs timed, as mace-torch's
         log = (out / "accuracy_tiny" / "seed0" / f"{variant}.log").read_text()
         assert "cfmtrain launch" in log and "memory warm-up" not in log
+        assert "not validated" not in log  # a curve point per epoch whatever the cells use
 
 
 def test_several_seeds_train_each_triple_and_write_the_overall_table(tmp_path, monkeypatch):

@@ -83,6 +83,29 @@ def test_outputs(full_run):
     assert state["epoch"] == 2 and state["config"]["variant"] == "kernel"
 
 
+def test_eval_interval_skips_validations_only(data, tmp_path):
+    """eval_interval=2 over 3 epochs validates after epochs 1 and 2 (the last), not 0: the same
+    training and the same validation errors where both validate; the plateau scheduler steps
+    only on validations."""
+    runs = {k: tmp_path / f"every{k}" for k in (1, 2)}
+    for k, out in runs.items():
+        assert train(data[0], data[1], out, "variant=kernel", "epochs=3",
+                     f"eval_interval={k}") == 0
+    every, sparse = (pd.read_csv(runs[k] / "epochs.csv") for k in (1, 2))
+    assert every.valid_loss.notna().all() and (every.valid_s > 0).all()
+    assert sparse.valid_loss.isna().tolist() == [True, False, False]
+    assert sparse.valid_s.tolist()[0] == 0 and (sparse.valid_s[1:] > 0).all()
+    assert sparse.train_loss.tolist() == every.train_loss.tolist()
+    cols = ["valid_loss", "valid_mae_energy_per_atom", "valid_mae_forces"]
+    assert sparse[cols][1:].values.tolist() == every[cols][1:].values.tolist()
+    summaries = [json.loads((runs[k] / "summary.json").read_text()) for k in (1, 2)]
+    assert summaries[0]["val_mae_forces"] == summaries[1]["val_mae_forces"]
+    states = [torch.load(runs[k] / "checkpoint.pt", weights_only=True) for k in (1, 2)]
+    assert [s["scheduler"]["last_epoch"] for s in states] == [3, 2]
+    for name, tensor in states[0]["model"].items():
+        assert torch.equal(tensor, states[1]["model"][name]), name
+
+
 def test_resume_continues_in_sampler_order(data, full_run, tmp_path):
     steps_per_epoch = json.loads((full_run / "summary.json").read_text())["steps_per_epoch"]
     stop_at = steps_per_epoch + 2  # inside the second epoch

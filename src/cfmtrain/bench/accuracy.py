@@ -234,6 +234,7 @@ def _settings(args: argparse.Namespace, seed: int) -> list[str]:
     settings = [f"model.{k}={v if v is not None else preset[k]}" for k, v in model.items()]
     settings += [f"epochs={args.epochs or preset['epochs']}", f"seed={seed}",
                  "progress=false", "measure_straggler=false",
+                 "eval_interval=1",  # a point of the curve per epoch, as mace_run_train's
                  "warm_up=false"]  # first-touch costs inside the timed epochs, as mace-torch's
     if args.graphs_per_batch:
         settings.append(f"batch.graphs_per_batch={args.graphs_per_batch}")

@@ -97,6 +97,8 @@ class TrainConfig:
     train_fraction: float = 1.0  # nested prefix of the training split (mini_s = 0.25, ...)
     # nested share of the validation and test splits evaluated (timing cells evaluate less)
     eval_fraction: float = 1.0
+    # validate after every eval_interval-th epoch and after the last (mace-torch's --eval_interval)
+    eval_interval: int = 1
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only at the end
     measure_straggler: bool = True  # barrier after local backward to time the straggler cost
     # one forward and backward on each rank's largest batch before the epochs (train.warmup)
@@ -257,6 +259,7 @@ RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
     "train_fraction": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "eval_fraction": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "checkpoint_every": (lambda v: v >= 0, ">= 0"),
+    "eval_interval": (lambda v: v >= 1, ">= 1"),
     "threads": (lambda v: v >= 0, ">= 0"),
     "timeout_s": (lambda v: v > 0, "> 0"),
     "model.num_interactions": (lambda v: v >= 1, ">= 1"),

@@ -23,6 +23,7 @@ from tqdm import tqdm
 from cfmtrain.train import checkpoint as ckpt
 from cfmtrain.train import contention, summary
 from cfmtrain.train.build import Run
+from cfmtrain.train.config import TrainConfig
 from cfmtrain.train.loop import StopFlag, evaluate, train_epoch, world_size
 from cfmtrain.train.metrics import STEP_FIELDS, ErrorSums
 from cfmtrain.train.warmup import warm_up
@@ -113,17 +114,27 @@ def run_epoch(run: Run, epoch: int, skip: int, partial: dict | None, stop: StopF
     return not (halt["now"] or stop.agreed())
 
 
+# the validation columns of an epoch that eval_interval skips: empty in epochs.csv
+NOT_VALIDATED = {"loss": "", "mae_energy_per_atom": "", "mae_forces": "", "graphs": 0}
+
+
+def validates_after(epoch: int, cfg: TrainConfig) -> bool:
+    """True if the run validates after `epoch` (0-based): every eval_interval-th and the last."""
+    return (epoch + 1) % cfg.eval_interval == 0 or epoch + 1 >= cfg.epochs
+
+
 def _end_epoch(run: Run, epoch: int, wall: float, resumed: bool, recorder: Recorder) -> None:
     """Validation, scheduler step, epochs.csv row and the epoch-end checkpoint."""
     cfg = run.cfg
     train = run.train_errors.reduced().as_dict(cfg.optim)
     t0 = time.perf_counter()
+    validated = validates_after(epoch, cfg)
     valid = evaluate(run, run.valid_set, cfg.batch.valid_graphs_per_batch).finite_dict(
-        cfg.optim, f"validation after epoch {epoch}")
-    valid_s = time.perf_counter() - t0
+        cfg.optim, f"validation after epoch {epoch}") if validated else NOT_VALIDATED
+    valid_s = time.perf_counter() - t0 if validated else 0.0
     if isinstance(run.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-        metric = valid["loss"] if valid["graphs"] else train["loss"]
-        run.scheduler.step(metric)
+        if validated:  # patience counts validations
+            run.scheduler.step(valid["loss"] if valid["graphs"] else train["loss"])
     else:
         run.scheduler.step()
     if run.env.rank == 0:
@@ -140,9 +151,10 @@ def _end_epoch(run: Run, epoch: int, wall: float, resumed: bool, recorder: Recor
             "valid_mae_forces": valid["mae_forces"], "atoms": int(atoms),
             "atoms_per_s": atoms / wall if wall > 0 else math.nan,
             "compute_max_over_mean": ratio, "wait_mean_s": wait})
-        print(f"epoch {epoch}: {wall:.1f} s, train loss {train['loss']:.4g}, valid MAE "
-              f"E {1000 * valid['mae_energy_per_atom']:.2f} meV/atom, "
-              f"F {1000 * valid['mae_forces']:.1f} meV/Å", file=sys.stderr, flush=True)
+        said = (f", valid MAE E {1000 * valid['mae_energy_per_atom']:.2f} meV/atom, "
+                f"F {1000 * valid['mae_forces']:.1f} meV/Å" if validated else ", not validated")
+        print(f"epoch {epoch}: {wall:.1f} s, train loss {train['loss']:.4g}{said}",
+              file=sys.stderr, flush=True)
         ckpt.save_checkpoint(ckpt.checkpoint_state(run, epoch + 1, 0, None),
                              run.out / ckpt.CHECKPOINT)
 
