@@ -143,6 +143,7 @@ def test_cell_of_two_repeats_end_to_end_and_rerun(data, tmp_path):
     # the first repeat's warm-up)
     losses = [pd.read_csv(out / f"rep{k}" / "epochs.csv").train_loss.tolist() for k in (1, 2)]
     assert losses[0] == losses[1] and len(losses[0]) == 2
+    assert reps[0]["stats"] == reps[1]["stats"] and reps[0]["e0s"] == reps[1]["e0s"]
     summary = json.loads((out / "summary.json").read_text())
     times = sorted(r["epoch_time_s"] for r in reps)
     assert summary["epoch_time_s"] == pytest.approx(sum(times) / 2)
@@ -242,11 +243,13 @@ def test_the_training_stops_between_repeats_on_sigterm(tmp_path, monkeypatch, st
 
     calls = []
 
-    def fake_one(args, output, state, cfg, env, device, stop, last):
+    def fake_one(args, output, state, cfg, env, device, stop, last, stats=None):
         calls.append(output.name)
         stop.requested = len(calls) == stop_in
         assert last == (len(calls) == 3)
-        return True
+        # the first repeat computes the training set's statistics, the later ones reuse them
+        assert stats == (None if len(calls) == 1 else {"from": "rep1"})
+        return True, stats or {"from": output.name}
 
     monkeypatch.setattr(train_cli, "_train_one", fake_one)
     monkeypatch.setattr(train_cli, "_settings", lambda *a: (None, argparse.Namespace(

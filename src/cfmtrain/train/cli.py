@@ -9,6 +9,7 @@ cell` measures a cell so, without N process starts).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import traceback
@@ -125,12 +126,13 @@ def run(args: argparse.Namespace) -> int:
     device = distenv.init_process_group(env, timeout_s=first[1].timeout_s)
     stop = StopFlag()
     stop.install()
+    stats = None  # the repeats' training set is the same: its statistics are computed once
     try:
         for k, output in enumerate(outputs):
             settings = first if k == 0 else _settings(
                 argparse.Namespace(**{**vars(args), "output": output}), overrides, env.rank)
-            complete = _train_one(args, output, *settings, env, device, stop,
-                                  last=k == len(outputs) - 1)
+            complete, stats = _train_one(args, output, *settings, env, device, stop,
+                                         last=k == len(outputs) - 1, stats=stats)
             if not complete or (k < len(outputs) - 1 and stop.agreed()):
                 break
     except BaseException:
@@ -155,8 +157,10 @@ def _settings(args: argparse.Namespace, overrides: list[str], rank: int) -> tupl
 
 
 def _train_one(args: argparse.Namespace, output: Path, state: dict | None, cfg, env, device,
-               stop, last: bool) -> bool:
-    """One run into `output` on this rank; True if it completed (summary.json written)."""
+               stop, last: bool, stats: dict | None = None) -> tuple[bool, dict]:
+    """One run into `output` on this rank, its model built from the checkpoint's statistics, or
+    `stats` (an earlier repeat's), or computed; (True if it completed (summary.json written),
+    the statistics)."""
     import torch
 
     from cfmtrain.train.build import build_run
@@ -171,9 +175,9 @@ def _train_one(args: argparse.Namespace, output: Path, state: dict | None, cfg, 
         write_json(output / "config.json", to_dict(cfg))
     graphs = args.graphs[0] if len(args.graphs) == 1 else list(args.graphs)
     run_state = build_run(cfg, graphs, args.split, output, env, device,
-                          stats=state["stats"] if state else None)
+                          stats=state["stats"] if state else stats)
     run_state.dataset = args.dataset or args.graphs[0].resolve().name
-    return train(run_state, state, stop, last=last)
+    return train(run_state, state, stop, last=last), dataclasses.asdict(run_state.stats)
 
 
 def _hard_exit(code: int) -> None:
