@@ -1,5 +1,5 @@
 """`cfmtrain bench <name>`: dispatch to one benchmark module (graphs, balance, kernels, accuracy,
-loader, isa, md).
+loader, isa, md, host).
 
 Only the chosen module is imported: each pulls in heavy libraries of its own.
 """
@@ -17,6 +17,7 @@ BENCHMARKS = {
     "loader": "cfmtrain.bench.loader",
     "isa": "cfmtrain.bench.isa",
     "md": "cfmtrain.bench.md",
+    "host": "cfmtrain.bench.host",
 }
 
 
