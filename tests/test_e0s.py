@@ -124,3 +124,50 @@ def test_fixed_e0s_config_needs_fit(tmp_path):
         load_config(None, ["model.e0s=average", 'model.e0s_fixed=["a.json"]'])
     with pytest.raises(ConfigError, match="list of .json files"):
         load_config(None, ['model.e0s_fixed=["a.txt"]'])
+
+
+def tied_store(folder):
+    """Cu crystals whose Ni and Pd atoms always come in pairs: Cu's E0 is determined, Ni's and
+    Pd's only as a sum. Returns (store folder, count matrix, energies)."""
+    from ase.build import bulk
+    from ase.calculators.emt import EMT
+
+    from cfmtrain.graphs.build import atoms_to_graph
+
+    graphs, counts, energies = [], [], []
+    for i, pairs in enumerate((1, 2, 3, 1, 2)):
+        atoms = bulk("Cu", "fcc", a=3.6, cubic=True).repeat((2, 1 + i % 2, 1))
+        atoms.numbers[:pairs] = 28
+        atoms.numbers[pairs:2 * pairs] = 46
+        atoms.rattle(0.03, seed=i)
+        atoms.calc = EMT()
+        atoms.info["REF_energy"] = atoms.get_potential_energy()
+        atoms.arrays["REF_forces"] = atoms.get_forces()
+        atoms.calc = None
+        graph = atoms_to_graph(atoms, CUTOFF)
+        graph["source_index"] = i
+        graphs.append(graph)
+        counts.append([np.sum(atoms.numbers == z) for z in (28, 29, 46)])
+        energies.append(atoms.info["REF_energy"])
+    folder.mkdir(parents=True)
+    store_mod.write_shard(folder / "shard_0000.h5", graphs, cutoff=CUTOFF)
+    return folder, np.array(counts, float), np.array(energies)
+
+
+def test_a_fit_that_leaves_e0s_open_names_those_elements(tmp_path):
+    folder, counts, energies = tied_store(tmp_path / "tied")
+    with pytest.warns(UserWarning, match=r"do not determine separate E0s for Ni, Pd \(") as got:
+        stats = stats_with(folder, "fit")
+    assert "Cu" not in str(got[0].message).split("minimum norm")[0]
+    # the values are still mace-torch's: the minimum-norm least squares on the count matrix
+    expected = np.linalg.lstsq(counts, energies, rcond=None)[0]
+    np.testing.assert_allclose(stats.e0s, expected, rtol=1e-6)
+    assert model_mod.undetermined_elements(counts.T @ counts, np.array([28, 29, 46])) == [28, 46]
+
+
+def test_a_determined_fit_says_nothing(store):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stats_with(store[0], "fit")

@@ -163,6 +163,9 @@ def compute_stats(store: GraphStore, train: np.ndarray, extra_zs: np.ndarray,
         if len(free):  # the energies less the fixed elements' part, fitted by the free ones
             rhs = atb[free] - ata[np.ix_(free, held)] @ e0[held]
             e0[free] = np.linalg.lstsq(ata[np.ix_(free, free)], rhs, rcond=None)[0]
+            loose = undetermined_elements(ata[np.ix_(free, free)], free)
+            if loose and rank == 0:
+                warnings.warn(_undetermined_message(store, loose, e0), stacklevel=2)
         method = "fit"
         if fixed:
             given = ", ".join(chemical_symbols[z] for z in held)
@@ -173,6 +176,25 @@ def compute_stats(store: GraphStore, train: np.ndarray, extra_zs: np.ndarray,
     return DataStats(zs=[int(z) for z in zs], e0s=[float(e0[z]) for z in zs],
                      avg_num_neighbors=float(edges / max(receivers, 1)), mean=float(mean),
                      std=rms if rms > 1e-8 else 1.0, e0s_method=method)
+
+
+def undetermined_elements(ata: np.ndarray, zs: np.ndarray) -> list[int]:
+    """The elements of `zs` whose least-squares E0 the training set leaves open: those in the
+    null space of the normal matrix `ata` (they occur only in fixed proportions to each other)."""
+    values, vectors = np.linalg.eigh(ata)
+    null = vectors[:, values <= max(values.max(), 0.0) * 1e-9]
+    return [int(z) for z, row in zip(zs, np.abs(null).sum(1), strict=True) if row > 1e-6]
+
+
+def _undetermined_message(store: GraphStore, loose: list[int], e0: np.ndarray) -> str:
+    names = ", ".join(chemical_symbols[z] for z in loose)
+    split = ", ".join(f"{chemical_symbols[z]} {e0[z]:.6g}" for z in loose)
+    return (f"E0 fit on {store.path}: the training graphs do not determine separate E0s for "
+            f"{names} (they occur only in fixed proportions to each other), so least squares, "
+            f"as mace-torch's, splits their energy arbitrarily (minimum norm: {split} eV). "
+            "Energies of those proportions are unaffected; isolated atoms and other "
+            "compositions are not: give the E0s (model.e0s, e.g. isolated-atom energies) or "
+            "hold some with model.e0s_fixed")
 
 
 def store_elements(store: GraphStore, indices: np.ndarray) -> np.ndarray:
