@@ -27,11 +27,12 @@ LIMITS = contention.Thresholds(max_wall_cpu_ratio=1.15, max_steal_fraction=0.02)
 
 
 def run_summary(epoch_time: float, ratio: float, steal: tuple[float, float] = (0.0, 0.0),
-                **extra) -> dict:
+                probes: tuple[float, float] = (0.10, 0.10), **extra) -> dict:
     """A repeat's summary.json as `cfmtrain train` writes it (the keys the cell reads)."""
     host = {"loadavg_start": 0.5, "loadavg_end": 1.5, "steal_start": steal[0],
             "steal_end": steal[1], "cpu_total_start": 1000.0, "cpu_total_end": 1100.0,
-            "cpu_time_s": 8.0, "wall_cpu_ratio": ratio}
+            "cpu_time_s": 8.0, "wall_cpu_ratio": ratio, "probe_start_s": probes[0],
+            "probe_end_s": probes[1]}
     return {"variant": "both", "ranks": 2, "epoch_time_s": epoch_time, "host": host, **extra}
 
 
@@ -56,7 +57,32 @@ def test_cell_summary_is_the_median_with_min_max_and_flags():
         "epoch_time_s": 10.0, "cpu_time_s": 8.0, "wall_cpu_ratio": 1.02, "loadavg_start": 0.5,
         "loadavg_end": 1.5, "steal_start": 0.0, "steal_end": 0.0, "contended_because": ""}
     assert cell["contention_thresholds"] == {"max_wall_cpu_ratio": 1.15,
-                                             "max_steal_fraction": 0.02}
+                                             "max_steal_fraction": 0.02,
+                                             "max_probe_slowdown": 0.15}
+
+
+def test_a_repeat_whose_speed_probe_ran_slow_is_flagged_against_the_cells_fastest():
+    """The slower of a repeat's two probes against the fastest probe of the cell: 0.115 s is
+    15% over 0.100 (not flagged: at the limit), 0.120 is 20% (flagged), whatever its wall/CPU;
+    a cell uniformly slower (every probe 0.2 s) flags nothing."""
+    summaries = [run_summary(10.0, 1.0, probes=(0.100, 0.105)),
+                 run_summary(10.5, 1.0, probes=(0.115, 0.101)),
+                 run_summary(12.0, 1.0, probes=(0.103, 0.120))]
+    cell, _ = repeats.aggregate(summaries, LIMITS)
+    records = cell["repeats"]
+    assert [r["probe_s"] for r in records] == [0.105, 0.115, 0.120]
+    assert [r["probe_slowdown"] for r in records] == pytest.approx([0.05, 0.15, 0.20])
+    assert [r["contended"] for r in records] == [False, False, True]
+    assert records[2]["contended_because"] == (
+        "host slower: speed probe 20% over the cell's fastest > 15%")
+    slow = [run_summary(10.0, 1.0, probes=(0.2, 0.2)) for _ in range(3)]
+    assert repeats.aggregate(slow, LIMITS)[0]["contended"] is False
+    old = run_summary(10.0, 1.0)
+    del old["host"]["probe_start_s"], old["host"]["probe_end_s"]  # written before the probe
+    cell, _ = repeats.aggregate([old, run_summary(10.0, 1.0)], LIMITS)
+    assert math.isnan(cell["repeats"][0]["probe_slowdown"]) and cell["contended"] is False
+    with pytest.raises(ValueError, match="max_probe_slowdown must be at least 0"):
+        contention.Thresholds(max_probe_slowdown=-0.1)
 
 
 def test_even_count_median_and_an_undisturbed_cell():
@@ -153,9 +179,11 @@ def test_cell_of_two_repeats_end_to_end_and_rerun(data, tmp_path):
     for rep, record in zip(reps, summary["repeats"], strict=True):
         # each repeat's epoch time leaves out its first epoch (warm-up)
         assert rep["epoch_time_s"] == pytest.approx(rep["epoch_times_s"][1])
-        # either limit flags a repeat (wall/CPU given here; steal: the default, 2%)
+        # any limit flags a repeat (wall/CPU given here; steal and probe: the defaults)
         assert record["contended"] == (record["wall_cpu_ratio"] > 1.15
-                                       or record["steal_fraction"] > 0.02)
+                                       or record["steal_fraction"] > 0.02
+                                       or record["probe_slowdown"] > 0.15)
+        assert record["probe_s"] > 0 and record["probe_slowdown"] >= 0
         assert record["wall_cpu_ratio"] >= 0.999 and record["cpu_time_s"] > 0
     k = summary["outputs_of_repeat"]
     assert summary["epoch_times_s"] == reps[k - 1]["epoch_times_s"]

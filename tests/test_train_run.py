@@ -77,6 +77,7 @@ def test_outputs(full_run):
                                                    / timed.compute_cpu_s.sum())
     assert host["loadavg_start"] >= 0 and host["steal_end"] >= host["steal_start"] >= 0
     assert host["cpu_total_end"] > host["cpu_total_start"]
+    assert host["probe_start_s"] > 0 and host["probe_end_s"] > 0  # the speed probes
     table = (full_run / "test_mae.csv").read_text().splitlines()
     assert table[0].startswith("subset,graphs") and table[-1].startswith("all,")
     state = torch.load(full_run / "checkpoint.pt", weights_only=True)

@@ -1,12 +1,13 @@
 """`cfmtrain bench host`: is this machine steady enough to take timings on?
 
-A fixed piece of work (`--calls` single-thread float32 matmuls of `--size` squared matrices) is
-timed `--probes` times, `--pause` seconds apart, with the CPU time the hypervisor stole meanwhile
-(/proc/stat). On a steady host every probe takes the same time; a busy neighbour on the same
-physical cores slows some of them, which neither the load average nor a wall/CPU ratio shows
-(the thread runs, only slower). The spread (max - min) / median of the probes' wall times is
-compared with `--max-spread`: above it the command says the host is unsteady and exits 1, so a
-script can wait before it runs `make run` or a benchmark.
+A fixed piece of work (`--calls` single-thread float32 matmuls of `--size` squared matrices,
+the cells' own speed probe, train.contention) is timed `--probes` times, `--pause` seconds
+apart, with the CPU time the hypervisor stole meanwhile (/proc/stat). On a steady host every
+probe takes the same time; a busy neighbour on the same physical cores slows some of them,
+which neither the load average nor a wall/CPU ratio shows (the thread runs, only slower). The
+spread (max - min) / median of the probes' wall times is compared with `--max-spread`: above it
+the command says the host is unsteady and exits 1, so a script can wait before it runs
+`make run` or a benchmark.
 
     cfmtrain bench host --probes 20   # -> results/bench/host.csv
 """
@@ -18,7 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
-from cfmtrain.train.contention import host_sample
+from cfmtrain.train.contention import PROBE_CALLS, PROBE_SIZE, host_sample, speed_probe
 
 COLUMNS = ["probe", "start_s", "wall_s", "cpu_s", "gflop_s", "steal_s"]
 
@@ -27,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Probe count, pause, work per probe, output and the spread limit."""
     parser.add_argument("--probes", type=int, default=20, help="timed probes (>= 2)")
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between probes")
-    parser.add_argument("--calls", type=int, default=1000, help="matmuls per probe")
-    parser.add_argument("--size", type=int, default=256, help="matrix side")
+    parser.add_argument("--calls", type=int, default=2 * PROBE_CALLS, help="matmuls per probe")
+    parser.add_argument("--size", type=int, default=PROBE_SIZE, help="matrix side")
     parser.add_argument("--max-spread", type=float, default=0.10,
                         help="largest (max - min) / median of the probes' wall times of a "
                              "steady host (default 0.10)")
@@ -50,21 +51,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.probes < 2 or args.calls < 1 or args.size < 1:
         raise SystemExit("cfmtrain bench host: --probes must be >= 2, --calls and --size >= 1")
-    torch.manual_seed(0)
     torch.set_num_threads(1)
-    a, b = torch.randn(args.size, args.size), torch.randn(args.size, args.size)
     flops = 2.0 * args.size ** 3 * args.calls
-    for _ in range(max(1, args.calls // 10)):  # first-call costs outside the probes
-        a @ b
     rows, origin = [], time.perf_counter()
     for k in range(args.probes):
         if k:
             time.sleep(args.pause)
-        before, start, cpu = host_sample(), time.perf_counter(), time.thread_time()
-        for _ in range(args.calls):
-            a @ b
-        cpu, wall = time.thread_time() - cpu, time.perf_counter() - start
-        rows.append({"probe": k, "start_s": start - origin, "wall_s": wall, "cpu_s": cpu,
+        before, start = host_sample(), time.perf_counter() - origin
+        wall, cpu = speed_probe(args.calls, args.size)
+        rows.append({"probe": k, "start_s": start, "wall_s": wall, "cpu_s": cpu,
                      "gflop_s": flops / wall / 1e9,
                      "steal_s": host_sample()["steal"] - before["steal"]})
     report(rows, Path(args.output), f"Host probes: {args.calls} x {args.size}^2 float32 "

@@ -1,6 +1,11 @@
 """Was a run's timing disturbed by other processes? The host's load average and steal time at
-the start and end of training, the ranks' compute wall time against their CPU time, and the
-verdict against configurable thresholds.
+the start and end of training, the ranks' compute wall time against their CPU time, a speed
+probe (fixed matmul work) on every rank at the start and end, and the verdict against
+configurable thresholds.
+
+The probe catches what the other two cannot: a busy neighbour on the same physical cores slows
+a thread that still runs all the time (no waiting, no steal). Its time is judged against the
+fastest probe of the same cell (`probe_slowdown`), so a uniformly slower machine is no flag.
 
 The CPU time is the training thread's own (`time.thread_time`): forward and backward run on it
 (autograd runs CPU work on the calling thread), so with one torch thread per rank it equals the
@@ -42,6 +47,33 @@ def host_sample(loadavg: Path = PROC_LOADAVG, stat: Path = PROC_STAT) -> dict[st
     return sample
 
 
+PROBE_CALLS, PROBE_SIZE = 500, 256  # ~0.1-0.2 s of float32 matmuls on one core
+
+
+def speed_probe(calls: int = PROBE_CALLS, size: int = PROBE_SIZE) -> tuple[float, float]:
+    """(wall, thread CPU) seconds of a fixed piece of compute: `calls` matmuls of seeded
+    `size` x `size` float32 matrices on this process's torch threads."""
+    import time
+
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(size, size, generator=gen) for _ in range(2))
+    a @ b  # first-call costs outside the timing
+    start, cpu = time.perf_counter(), time.thread_time()
+    for _ in range(calls):
+        a @ b
+    return time.perf_counter() - start, time.thread_time() - cpu
+
+
+def probe_slowdowns(probes: list[list[float]]) -> list[float]:
+    """Per repeat (its probe times), the slowest over the fastest probe of the whole cell, less
+    one; NaN where a repeat has no probe."""
+    known = [[p for p in times if math.isfinite(p) and p > 0] for times in probes]
+    fastest = min((p for times in known for p in times), default=math.nan)
+    return [max(times) / fastest - 1 if times else math.nan for times in known]
+
+
 def compute_wall_cpu(steps: Iterable[Mapping], first_epoch: int) -> tuple[float, float]:
     """(CPU seconds, wall / CPU) of the compute of all ranks' steps from epoch `first_epoch` on
     (steps.csv rows: compute_s and compute_cpu_s); NaN when there is no CPU time."""
@@ -63,6 +95,7 @@ class Thresholds:
 
     max_wall_cpu_ratio: float = 1.15
     max_steal_fraction: float = 0.02
+    max_probe_slowdown: float = 0.15
 
     def __post_init__(self):
         if not self.max_wall_cpu_ratio >= 1:
@@ -71,6 +104,9 @@ class Thresholds:
         if not 0 <= self.max_steal_fraction <= 1:
             raise ValueError(f"max_steal_fraction must be within [0, 1], got "
                              f"{self.max_steal_fraction}")
+        if not self.max_probe_slowdown >= 0:
+            raise ValueError(f"max_probe_slowdown must be at least 0, got "
+                             f"{self.max_probe_slowdown}")
 
 
 def steal_fraction(host: Mapping) -> float:
@@ -80,11 +116,15 @@ def steal_fraction(host: Mapping) -> float:
     return steal / total if total > 0 else math.nan
 
 
-def verdict(wall_cpu_ratio: float, steal: float, limits: Thresholds) -> str:
+def verdict(wall_cpu_ratio: float, steal: float, limits: Thresholds,
+            probe_slowdown: float = math.nan) -> str:
     """Why a repeat is contended ('' if it is not; an unknown measure does not count)."""
     reasons = []
     if wall_cpu_ratio > limits.max_wall_cpu_ratio:
         reasons.append(f"compute wall/CPU {wall_cpu_ratio:.3f} > {limits.max_wall_cpu_ratio}")
     if steal > limits.max_steal_fraction:
         reasons.append(f"steal {steal:.3f} of CPU time > {limits.max_steal_fraction}")
+    if probe_slowdown > limits.max_probe_slowdown:
+        reasons.append(f"host slower: speed probe {100 * probe_slowdown:.0f}% over the cell's "
+                       f"fastest > {100 * limits.max_probe_slowdown:.0f}%")
     return "; ".join(reasons)

@@ -34,6 +34,7 @@ from cfmtrain.train import contention
 # A repeat's outputs that the cell's folder keeps at its top level (readers of a cell use them).
 PUBLISHED = ("final.model", "steps.csv", "epochs.csv", "test_mae.csv", "config.json")
 HOST_KEYS = ("loadavg_start", "loadavg_end", "steal_start", "steal_end")
+PROBE_KEYS = ("probe_start_s", "probe_end_s")  # the slowest rank's speed probe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-steal-fraction", type=float, default=limits.max_steal_fraction,
                         help="a repeat during which the hypervisor stole more than this share "
                              f"of the CPU time is contended (default {limits.max_steal_fraction})")
+    parser.add_argument("--max-probe-slowdown", type=float, default=limits.max_probe_slowdown,
+                        help="a repeat whose speed probe (fixed matmul work at its start and "
+                             "end) ran slower than the cell's fastest by more than this share "
+                             f"is contended (default {limits.max_probe_slowdown})")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- followed by the `cfmtrain train` arguments, with --output")
 
@@ -71,20 +76,35 @@ def _number(value) -> float:
     return math.nan if value is None else float(value)
 
 
-def repeat_record(k: int, summary: dict, limits: contention.Thresholds) -> dict:
-    """One repeat's entry of the cell's `repeats`: its epoch time, contention measures and
-    verdict (`contended`, and `contended_because` saying which threshold it crossed), and the
-    epochs it resumed part-way (their time spans two processes)."""
-    host = {key: _number(v) for key, v in (summary.get("host") or {}).items()}
-    needed = (*HOST_KEYS, "cpu_total_start", "cpu_total_end", "cpu_time_s", "wall_cpu_ratio")
-    host = {key: host.get(key, math.nan) for key in needed}
+def repeat_record(k: int, summary: dict, limits: contention.Thresholds,
+                  probe_slowdown: float = math.nan) -> dict:
+    """One repeat's entry of the cell's `repeats`: its epoch time, contention measures (with
+    its speed probe's slowdown against the cell's fastest) and verdict (`contended`, and
+    `contended_because` saying which threshold it crossed), and the epochs it resumed part-way
+    (their time spans two processes)."""
+    host = repeat_host(summary)
     steal = contention.steal_fraction(host)
-    why = contention.verdict(host["wall_cpu_ratio"], steal, limits)
+    why = contention.verdict(host["wall_cpu_ratio"], steal, limits, probe_slowdown)
     return {"repeat": k, "epoch_time_s": _number(summary["epoch_time_s"]),
             "cpu_time_s": host["cpu_time_s"], "wall_cpu_ratio": host["wall_cpu_ratio"],
             **{key: host[key] for key in HOST_KEYS}, "steal_fraction": steal,
+            "probe_s": _probe(host), "probe_slowdown": probe_slowdown,
             "contended": bool(why), "contended_because": why,
             "resumed_epochs": summary.get("resumed_epochs", [])}
+
+
+def repeat_host(summary: dict) -> dict[str, float]:
+    """A repeat's host measures (NaN where its summary has none, e.g. an older one)."""
+    host = {key: _number(v) for key, v in (summary.get("host") or {}).items()}
+    needed = (*HOST_KEYS, "cpu_total_start", "cpu_total_end", "cpu_time_s", "wall_cpu_ratio",
+              *PROBE_KEYS)
+    return {key: host.get(key, math.nan) for key in needed}
+
+
+def _probe(host: dict[str, float]) -> float:
+    """The slower of a repeat's start and end probes (the slowest rank's), NaN if unknown."""
+    known = [host[k] for k in PROBE_KEYS if math.isfinite(host[k])]
+    return max(known) if known else math.nan
 
 
 def aggregate(summaries: list[dict], limits: contention.Thresholds) -> tuple[dict, int]:
@@ -92,7 +112,10 @@ def aggregate(summaries: list[dict], limits: contention.Thresholds) -> tuple[dic
     repeat order: epoch_time_s is the median of the repeats' epoch times (the mean of the two
     middle ones for an even count), epoch_time_min_s/max_s their range; other keys are the
     median repeat's (the lower middle one for an even count)."""
-    records = [repeat_record(k, s, limits) for k, s in enumerate(summaries, start=1)]
+    slowdowns = contention.probe_slowdowns(
+        [[repeat_host(s)[k] for k in PROBE_KEYS] for s in summaries])
+    records = [repeat_record(k, s, limits, slow)
+               for k, (s, slow) in enumerate(zip(summaries, slowdowns, strict=True), start=1)]
     times = np.array([r["epoch_time_s"] for r in records])
     if not np.isfinite(times).all():
         bad = [r["repeat"] for r in records if not math.isfinite(r["epoch_time_s"])]
@@ -146,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     try:
-        limits = contention.Thresholds(args.max_wall_cpu_ratio, args.max_steal_fraction)
+        limits = contention.Thresholds(args.max_wall_cpu_ratio, args.max_steal_fraction,
+                                       args.max_probe_slowdown)
         folder, command = cell_command(command, args.repeats)
     except ValueError as err:
         raise SystemExit(f"cfmtrain cell: {err}") from None

@@ -43,11 +43,7 @@ class Recorder:
 
     def add_steps(self, records: list[list]) -> None:
         """Gather every rank's step records to rank 0 and write steps.csv (a collective)."""
-        gathered = [None] * world_size()
-        if world_size() > 1:
-            dist.all_gather_object(gathered, records)
-        else:
-            gathered = [records]
+        gathered = _all_ranks(records)
         if self.is_main:
             rows = sorted((r for part in gathered for r in part), key=lambda r: (r[1], r[2]))
             self.steps += [dict(zip(STEP_FIELDS, r, strict=True)) for r in rows]
@@ -196,6 +192,15 @@ def finish(run: Run, recorder: Recorder, host: dict) -> dict:
     return result
 
 
+def _all_ranks(value: object) -> list:
+    """Every rank's `value` (a collective)."""
+    gathered = [None] * world_size()
+    if world_size() > 1:
+        dist.all_gather_object(gathered, value)
+        return gathered
+    return [value]
+
+
 def train(run: Run, state: dict | None, stop: StopFlag, last: bool = True) -> bool:
     """Train `run` (restored from `state` if given) to the end or to a stop (SIGTERM, seen
     through `stop`, or max_steps); True if it completed. A run whose checkpoint ends its last
@@ -217,6 +222,7 @@ def train(run: Run, state: dict | None, stop: StopFlag, last: bool = True) -> bo
     recorder = Recorder(run.out, main, run.global_step, epoch)
     if epoch < run.cfg.epochs and run.cfg.warm_up:
         warm_up(run, range(epoch, run.cfg.epochs))
+    probe_start = contention.speed_probe()[0]
     start = contention.host_sample()
     while epoch < run.cfg.epochs:
         if not run_epoch(run, epoch, skip, partial, stop, recorder):
@@ -227,8 +233,11 @@ def train(run: Run, state: dict | None, stop: StopFlag, last: bool = True) -> bo
             return False
         epoch, skip, partial = epoch + 1, 0, None
     end = contention.host_sample()
-    finish(run, recorder, {f"{k}_{when}": v[k] for when, v in (("start", start), ("end", end))
-                           for k in ("loadavg", "steal", "cpu_total")})
+    probes = _all_ranks([probe_start, contention.speed_probe()[0]])
+    finish(run, recorder, {**{f"{k}_{when}": v[k] for when, v in (("start", start), ("end", end))
+                              for k in ("loadavg", "steal", "cpu_total")},
+                           "probe_start_s": max(p[0] for p in probes),
+                           "probe_end_s": max(p[1] for p in probes)})
     # Every output is complete (rank 0 wrote them; other ranks only wait for the end now). A
     # SIGTERM from here on, e.g. in the interpreter's teardown after Python's handlers are
     # gone, must not make the process exit 143: Snakemake would delete the finished outputs.
