@@ -21,8 +21,6 @@ from pathlib import Path
 
 from cfmtrain.train.contention import PROBE_CALLS, PROBE_SIZE, host_sample, speed_probe
 
-COLUMNS = ["probe", "start_s", "wall_s", "cpu_s", "gflop_s", "steal_s"]
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Probe count, pause, work per probe, output and the spread limit."""
