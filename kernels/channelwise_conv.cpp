@@ -103,50 +103,72 @@ Descriptor check_descriptor(const at::Tensor& paths, const at::Tensor& terms,
   return {paths, terms, coeffs, dims.vec()};
 }
 
+// Stored weights [E, w_dim], or factored ones: weight [E, K] (hidden) with basis [K, w_dim].
+Weights check_weights(const at::Tensor& weight, const std::optional<at::Tensor>& basis,
+                      const char* wname, const char* bname, int64_t n_edges, int64_t w_dim,
+                      at::ScalarType dtype) {
+  if (!basis.has_value()) {
+    check_floats(weight, wname, n_edges, w_dim, dtype);
+    return {weight, at::Tensor()};
+  }
+  check_floats(*basis, bname, -1, w_dim, dtype);
+  check_floats(weight, wname, n_edges, basis->size(0), dtype);
+  return {weight, *basis};
+}
+
 at::Tensor gather(const at::Tensor& src, const at::Tensor& edge_attr,
                   const at::Tensor& edge_weight, const std::optional<at::Tensor>& edge_attr2,
-                  const std::optional<at::Tensor>& edge_weight2, const at::Tensor& sender,
-                  const at::Tensor& receiver, const at::Tensor& recv_rowptr,
-                  const at::Tensor& recv_perm, const at::Tensor& send_rowptr,
-                  const at::Tensor& send_perm, const at::Tensor& paths, const at::Tensor& terms,
-                  const at::Tensor& coeffs, at::IntArrayRef dims, bool transpose) {
+                  const std::optional<at::Tensor>& edge_weight2,
+                  const std::optional<at::Tensor>& basis, const std::optional<at::Tensor>& basis2,
+                  const at::Tensor& sender, const at::Tensor& receiver,
+                  const at::Tensor& recv_rowptr, const at::Tensor& recv_perm,
+                  const at::Tensor& send_rowptr, const at::Tensor& send_perm,
+                  const at::Tensor& paths, const at::Tensor& terms, const at::Tensor& coeffs,
+                  at::IntArrayRef dims, bool transpose) {
   const Descriptor desc = check_descriptor(paths, terms, coeffs, dims);
   const auto dtype = src.scalar_type();
   check_floats(src, "src", -1, transpose ? dims[3] : dims[0], dtype);
   check_floats(edge_attr, "edge_attr", -1, dims[1], dtype);
   const int64_t n_edges = edge_attr.size(0);
-  check_floats(edge_weight, "edge_weight", n_edges, dims[2], dtype);
+  const Weights weights =
+      check_weights(edge_weight, basis, "edge_weight", "basis", n_edges, dims[2], dtype);
   TORCH_CHECK(edge_attr2.has_value() == edge_weight2.has_value(),
               "channelwise_conv: give edge_attr2 and edge_weight2 together");
+  TORCH_CHECK(edge_attr2.has_value() || !basis2.has_value(),
+              "channelwise_conv: basis2 without edge_weight2");
+  std::optional<Weights> weights2;
   if (edge_attr2.has_value()) {
     check_floats(*edge_attr2, "edge_attr2", n_edges, dims[1], dtype);
-    check_floats(*edge_weight2, "edge_weight2", n_edges, dims[2], dtype);
+    weights2 = check_weights(*edge_weight2, basis2, "edge_weight2", "basis2", n_edges, dims[2],
+                             dtype);
   }
   const Graph graph = check_graph(sender, receiver, recv_rowptr, recv_perm, send_rowptr,
                                   send_perm, n_edges);
   const int64_t n_source = (transpose ? recv_rowptr : send_rowptr).size(0) - 1;
   TORCH_CHECK(src.size(0) == n_source, "channelwise_conv: src must have ", n_source,
               " rows (one per node), got ", src.size(0));
-  return gather_cpu(src, edge_attr, edge_weight, edge_attr2 ? &*edge_attr2 : nullptr,
-                    edge_weight2 ? &*edge_weight2 : nullptr, graph, desc, transpose);
+  return gather_cpu(src, edge_attr, weights, edge_attr2 ? &*edge_attr2 : nullptr,
+                    weights2 ? &*weights2 : nullptr, graph, desc, transpose);
 }
 
-std::tuple<at::Tensor, at::Tensor> edge(
+std::tuple<at::Tensor, at::Tensor, at::Tensor> edge(
     const at::Tensor& x, const at::Tensor& edge_attr, const at::Tensor& edge_weight,
-    const at::Tensor& grad, const at::Tensor& sender, const at::Tensor& receiver,
-    const at::Tensor& recv_rowptr, const at::Tensor& recv_perm, const at::Tensor& send_rowptr,
-    const at::Tensor& send_perm, const at::Tensor& paths, const at::Tensor& terms,
-    const at::Tensor& coeffs, at::IntArrayRef dims, bool need_attr, bool need_weight) {
+    const at::Tensor& grad, const std::optional<at::Tensor>& basis, const at::Tensor& sender,
+    const at::Tensor& receiver, const at::Tensor& recv_rowptr, const at::Tensor& recv_perm,
+    const at::Tensor& send_rowptr, const at::Tensor& send_perm, const at::Tensor& paths,
+    const at::Tensor& terms, const at::Tensor& coeffs, at::IntArrayRef dims, bool need_attr,
+    bool need_weight, bool need_basis) {
   const Descriptor desc = check_descriptor(paths, terms, coeffs, dims);
   const auto dtype = x.scalar_type();
   check_floats(x, "x", send_rowptr.size(0) - 1, dims[0], dtype);
   check_floats(edge_attr, "edge_attr", -1, dims[1], dtype);
   const int64_t n_edges = edge_attr.size(0);
-  check_floats(edge_weight, "edge_weight", n_edges, dims[2], dtype);
+  const Weights weights =
+      check_weights(edge_weight, basis, "edge_weight", "basis", n_edges, dims[2], dtype);
   check_floats(grad, "grad", recv_rowptr.size(0) - 1, dims[3], dtype);
   const Graph graph = check_graph(sender, receiver, recv_rowptr, recv_perm, send_rowptr,
                                   send_perm, n_edges);
-  return edge_cpu(x, edge_attr, edge_weight, grad, graph, desc, need_attr, need_weight);
+  return edge_cpu(x, edge_attr, weights, grad, graph, desc, need_attr, need_weight, need_basis);
 }
 
 }  // namespace
@@ -155,15 +177,15 @@ std::tuple<at::Tensor, at::Tensor> edge(
 TORCH_LIBRARY_FRAGMENT(cfmtrain, m) {
   m.def(
       "channelwise_conv_gather(Tensor src, Tensor edge_attr, Tensor edge_weight, "
-      "Tensor? edge_attr2, Tensor? edge_weight2, Tensor sender, "
+      "Tensor? edge_attr2, Tensor? edge_weight2, Tensor? basis, Tensor? basis2, Tensor sender, "
       "Tensor receiver, Tensor recv_rowptr, Tensor recv_perm, Tensor send_rowptr, "
       "Tensor send_perm, Tensor paths, Tensor terms, Tensor coeffs, int[] dims, "
       "bool transpose) -> Tensor");
   m.def(
       "channelwise_conv_edge(Tensor x, Tensor edge_attr, Tensor edge_weight, Tensor grad, "
-      "Tensor sender, Tensor receiver, Tensor recv_rowptr, Tensor recv_perm, "
+      "Tensor? basis, Tensor sender, Tensor receiver, Tensor recv_rowptr, Tensor recv_perm, "
       "Tensor send_rowptr, Tensor send_perm, Tensor paths, Tensor terms, Tensor coeffs, "
-      "int[] dims, bool need_attr, bool need_weight) -> (Tensor, Tensor)");
+      "int[] dims, bool need_attr, bool need_weight, bool need_basis) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(cfmtrain, CPU, m) {

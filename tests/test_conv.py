@@ -21,6 +21,7 @@ from cfmtrain.kernels.conv import (
     fuse_convs,
     unfuse_convs,
 )
+from cfmtrain.kernels.radial import FoldedRadialMLP
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -168,12 +169,22 @@ def test_opcheck_schemas_fake_and_autograd_registrations(float64_default):
     desc, graph = conv_descriptor(tp), conv_graph(edge_index, 4)
     x, y, w = random_inputs(tp, edge_index, 4)
     g = torch.randn(4, tp.irreps_out.dim).requires_grad_()
+    h, h2 = torch.randn(6, 3).requires_grad_(), torch.randn(6, 5).requires_grad_()
+    b, b2 = (torch.randn(k, tp.weight_numel).requires_grad_() for k in (3, 5))
     ops = torch.ops.cfmtrain
     for op, args in (
-        (ops.channelwise_conv_gather, (x, y, w, None, None, *graph, *desc.args(), False)),
-        (ops.channelwise_conv_gather, (g, y, w, y, w, *graph, *desc.args(), True)),
-        (ops.channelwise_conv_edge, (x, y, w, g, *graph, *desc.args(), True, True)),
-        (ops.channelwise_conv_edge, (x, y, w, g, *graph, *desc.args(), False, True)),
+        (ops.channelwise_conv_gather, (x, y, w, None, None, None, None, *graph, *desc.args(),
+                                       False)),
+        (ops.channelwise_conv_gather, (g, y, w, y, w, None, None, *graph, *desc.args(), True)),
+        (ops.channelwise_conv_gather, (x, y, h, None, None, b, None, *graph, *desc.args(),
+                                       False)),
+        (ops.channelwise_conv_gather, (g, y, h, y, h2, b, b2, *graph, *desc.args(), True)),
+        (ops.channelwise_conv_gather, (g, y, w, y, h2, None, b2, *graph, *desc.args(), True)),
+        (ops.channelwise_conv_edge, (x, y, w, g, None, *graph, *desc.args(), True, True, False)),
+        (ops.channelwise_conv_edge, (x, y, w, g, None, *graph, *desc.args(), False, True,
+                                     False)),
+        (ops.channelwise_conv_edge, (x, y, h, g, b, *graph, *desc.args(), True, True, True)),
+        (ops.channelwise_conv_edge, (x, y, h, g, b, *graph, *desc.args(), False, False, True)),
     ):
         torch.library.opcheck(op.default, args)
 
@@ -319,6 +330,10 @@ def test_fully_fused_model_matrix_float64(float64_default, case):
     assert kernel_backend(fused_model) == {"symmetric_contraction": "cpu-fused",
                                            "conv": "cpu-fused"}
     assert all(isinstance(b.conv_tp, FusedChannelwiseConv) for b in fused_model.interactions)
+    # e3nn radial MLPs are folded and their last layer formed inside the conv (factored)
+    assert [b.conv_tp._radial is not None and b.conv_tp._radial.factored
+            for b in fused_model.interactions] == [
+        isinstance(b.conv_tp_weights, FoldedRadialMLP) for b in fused_model.interactions]
     assert all(isinstance(p.symmetric_contractions, SymmetricContractionFused)
                for p in fused_model.products)
     ours = model_outputs(fused_model, batch)
@@ -327,8 +342,9 @@ def test_fully_fused_model_matrix_float64(float64_default, case):
 
 
 def test_fused_model_forward_allocates_no_edges_by_features_tensor(float64_default):
-    """Energy-only forward of a fully fused model: nothing per edge wider than the radial MLP's
-    weights (the conv's inputs) is allocated; mace-torch allocates its per-edge messages."""
+    """Energy-only forward of a fully fused model: nothing per edge as wide as the conv's
+    weights is allocated (the radial MLP's last layer is formed inside the kernels); the same
+    check sees mace-torch's per-edge messages and, with the factoring undone, the weights."""
     import ase.build
 
     from cfmtrain.kernels import fuse_model
@@ -343,14 +359,17 @@ def test_fused_model_forward_allocates_no_edges_by_features_tensor(float64_defau
     assert num_edges >= 30 * len(bulk)
     widest = max(b.conv_tp.weight_numel for b in model.interactions)
     assert widest < min(b.conv_tp.irreps_out.dim for b in model.interactions)
-    limit = num_edges * (widest + 1) * batch["positions"].element_size()
+    limit = num_edges * widest * batch["positions"].element_size()
 
     def forward():
         model(dict(batch), training=False, compute_force=False)
 
-    assert largest_allocation(forward) >= limit  # mace-torch: edges x messages
+    assert largest_allocation(forward) > limit  # mace-torch: edges x messages
     fuse_model(model)
     assert largest_allocation(forward) < limit
+    for block in model.interactions:
+        block.conv_tp.factor_weights(None)
+    assert largest_allocation(forward) >= limit  # the weights, stored
 
 
 def test_model_float32_within_twice_mace(float64_default):
@@ -397,10 +416,12 @@ def test_fuse_keeps_state_dict_and_unfuse_restores_mace(float64_default):
     assert all(v.dtype == torch.float32 for v in restored.values() if v.is_floating_point())
 
 
+@pytest.mark.parametrize("factored", [False, True], ids=["stored", "factored"])
 @pytest.mark.parametrize("transpose", [False, True])
-def test_ops_gradcheck_to_third_order(float64_default, transpose):
+def test_ops_gradcheck_to_third_order(float64_default, transpose, factored):
     """Each op alone (the gather with a second edge pair, the edge op), so that the derivatives
-    used only in double backward are themselves checked to second order."""
+    used only in double backward are themselves checked to second order; factored: the weights
+    are hidden @ basis (two different hidden widths in the gather's two pairs)."""
     from cfmtrain.kernels.conv import conv_edge, conv_gather
 
     tp = make_tp("2x0e+2x1o", 2)
@@ -412,17 +433,48 @@ def test_ops_gradcheck_to_third_order(float64_default, transpose):
               for d in (src_dim, tp.irreps_out.dim))
     x = torch.randn(4, tp.irreps_in1.dim, generator=gen).requires_grad_()
     y, y2 = (torch.randn(6, 9, generator=gen).requires_grad_() for _ in range(2))
-    w, w2 = (torch.randn(6, tp.weight_numel, generator=gen).requires_grad_() for _ in range(2))
+    widths = (3, 4) if factored else (tp.weight_numel,) * 2
+    w, w2 = (torch.randn(6, k, generator=gen).requires_grad_() for k in widths)
+    b, b2 = (torch.randn(k, tp.weight_numel, generator=gen).requires_grad_() for k in widths)
 
-    def gather2(src, y, w, y2, w2):
-        return conv_gather(src, y, w, graph, desc, transpose, y2, w2)
+    def gather2(src, y, w, y2, w2, b, b2):
+        return conv_gather(src, y, w, graph, desc, transpose, y2, w2, *((b, b2) if factored
+                                                                        else ()))
 
-    def edge(x, y, w, g):
-        return conv_edge(x, y, w, g, graph, desc)
+    def edge(x, y, w, g, b):
+        return conv_edge(x, y, w, g, graph, desc, basis=b if factored else None,
+                         need_basis=True)
 
-    for f, inputs in ((gather2, (src, y, w, y2, w2)), (edge, (x, y, w, g))):
+    for f, inputs in ((gather2, (src, y, w, y2, w2, b, b2)), (edge, (x, y, w, g, b))):
         assert torch.autograd.gradcheck(f, inputs, fast_mode=True)
         assert torch.autograd.gradgradcheck(f, inputs, fast_mode=True)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_factored_weights_equal_stored_product(float64_default, threads):
+    """hidden @ basis formed inside the kernels (per chunk of edges, in threads) gives the conv
+    with the stored product: the message, first and second derivatives of every input."""
+    from cfmtrain.kernels.conv import channelwise_conv
+
+    torch.set_num_threads(threads)
+    tp = make_tp("16x0e+16x1o", 3)
+    gen = torch.Generator().manual_seed(8)
+    num_nodes, num_edges = 50, 3000  # above the kernels' threading threshold; chunks of 64
+    edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=gen)
+    desc, graph = conv_descriptor(tp), conv_graph(edge_index, num_nodes)
+    x, y, _ = random_inputs(tp, edge_index, num_nodes)
+    h = torch.randn(num_edges, 8, generator=gen).requires_grad_()
+    b = torch.randn(8, tp.weight_numel, generator=gen).requires_grad_()
+    inputs = (x, y, h, b)
+    ours = first_and_second_derivatives(
+        lambda x, y, h, b: channelwise_conv(x, y, h, graph, desc, basis=b), inputs)
+    stored = first_and_second_derivatives(
+        lambda x, y, h, b: channelwise_conv(x, y, h @ b, graph, desc), inputs)
+    ref = first_and_second_derivatives(
+        lambda x, y, h, b: mace_conv(tp, x, y, h @ b, edge_index), inputs)
+    for a, c, r in zip(ours, stored, ref, strict=True):
+        assert rel_err(a, c) < 1e-12
+        assert rel_err(a, r) < 1e-10
 
 
 def test_benchmark_convs_agree_with_mace():

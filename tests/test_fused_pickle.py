@@ -40,6 +40,9 @@ def max_rel(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
 def assert_fully_fused(model: torch.nn.Module) -> None:
     assert kernel_backend(model) == FUSED
     assert all(isinstance(b.conv_tp, FusedChannelwiseConv) for b in model.interactions)
+    # the radial MLP's last layer stays inside the conv: linked to the block's own MLP object
+    assert all(b.conv_tp._radial is b.conv_tp_weights and b.conv_tp_weights.factored
+               for b in model.interactions)
     assert all(isinstance(p.symmetric_contractions, SymmetricContractionFused)
                for p in model.products)
 
@@ -77,6 +80,7 @@ def test_loads_fused_in_a_fresh_interpreter(fused_and_batch, tmp_path):
         model = torch.load({str(tmp_path / "fused.model")!r}, weights_only=False)
         batch = torch.load({str(tmp_path / "batch.pt")!r}, weights_only=True)
         assert type(model.interactions[0].conv_tp).__name__ == "FusedChannelwiseConv"
+        assert all(b.conv_tp._radial is b.conv_tp_weights for b in model.interactions)
         assert model.cfmtrain_kernel_backend == {FUSED!r}
         out = model(batch, training=False, compute_force=True)
         torch.save([out["energy"].detach(), out["forces"].detach()],

@@ -6,10 +6,12 @@
 #include "channelwise_conv_cpu.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -269,117 +271,223 @@ bool worth_threads(const std::vector<Path<T>>& paths, int64_t n_edges) {
   return at::get_num_threads() > 1 && n_edges * per_edge > (int64_t{1} << 16);
 }
 
+// Consecutive targets grouped into chunks [bounds[i], bounds[i + 1]) of at least `min_edges`
+// edges (or to the end): factored weights are formed per chunk by one matmul.
+inline std::vector<int64_t> chunk_bounds(const int64_t* row, int64_t n_target, int64_t min_edges) {
+  std::vector<int64_t> bounds{0};
+  for (int64_t t = 1; t <= n_target; ++t)
+    if (t == n_target || row[t] - row[bounds.back()] >= min_edges) bounds.push_back(t);
+  if (n_target == 0) bounds.push_back(0);
+  return bounds;
+}
+
+constexpr int64_t kChunkEdges = 64;
+
+// The weight rows of one chunk's edges (CSR positions q0..q1): pointers into the stored tensor,
+// or, for factored weights, rows of a per-thread tile = H[edges] @ basis.
 template <typename T>
-void gather_kernel(const at::Tensor& src, const at::Tensor& attr, const at::Tensor& weight,
-                   const at::Tensor* attr2, const at::Tensor* weight2,
+struct WeightRows {
+  const Weights& src;
+  at::Tensor h_tile, w_tile;  // factored only
+
+  WeightRows(const Weights& weights, int64_t capacity) : src(weights) {
+    if (src.factored()) {
+      h_tile = at::empty({capacity, src.weight.size(1)}, src.weight.options());
+      w_tile = at::empty({capacity, src.basis.size(1)}, src.weight.options());
+    }
+  }
+  // Gathers the chunk's hidden rows (and forms their weight rows when `form`).
+  void load(const int64_t* prm, int64_t q0, int64_t q1, bool form) {
+    if (!src.factored()) return;
+    const int64_t k = src.weight.size(1), n = q1 - q0;
+    const T* h = src.weight.data_ptr<T>();
+    T* ht = h_tile.data_ptr<T>();
+    for (int64_t q = q0; q < q1; ++q) std::memcpy(ht + (q - q0) * k, h + prm[q] * k, k * sizeof(T));
+    if (form && n > 0) {
+      at::Tensor w = w_tile.narrow(0, 0, n);
+      at::mm_out(w, h_tile.narrow(0, 0, n), src.basis);
+    }
+  }
+  // Row of the edge at CSR position q (edge id e) of the chunk starting at q0.
+  const T* row(int64_t q, int64_t q0, int64_t e) const {
+    return src.factored() ? w_tile.data_ptr<T>() + (q - q0) * w_tile.size(1)
+                          : src.weight.data_ptr<T>() + e * src.weight.size(1);
+  }
+};
+
+template <typename T>
+int64_t tile_capacity(const std::vector<int64_t>& bounds, const int64_t* row) {
+  int64_t cap = 1;
+  for (size_t i = 0; i + 1 < bounds.size(); ++i)
+    cap = std::max(cap, row[bounds[i + 1]] - row[bounds[i]]);
+  return cap;
+}
+
+template <typename T>
+void gather_kernel(const at::Tensor& src, const at::Tensor& attr, const Weights& weights,
+                   const at::Tensor* attr2, const Weights* weights2,
                    const at::Tensor& source_index, const at::Tensor& rowptr,
                    const at::Tensor& perm, const std::vector<Path<T>>& paths, at::Tensor& out) {
   const T* s_ptr = src.data_ptr<T>();
   const T* y_ptr = attr.data_ptr<T>();
-  const T* w_ptr = weight.data_ptr<T>();
   const T* y2_ptr = attr2 ? attr2->data_ptr<T>() : nullptr;
-  const T* w2_ptr = weight2 ? weight2->data_ptr<T>() : nullptr;
   const int64_t* idx = source_index.data_ptr<int64_t>();
   const int64_t* row = rowptr.data_ptr<int64_t>();
   const int64_t* prm = perm.data_ptr<int64_t>();
   T* o_ptr = out.data_ptr<T>();
-  const int64_t s_stride = src.size(1), y_stride = attr.size(1), w_stride = weight.size(1);
+  const int64_t s_stride = src.size(1), y_stride = attr.size(1);
   const int64_t o_stride = out.size(1), n_target = out.size(0);
   const bool two = attr2 != nullptr;
+  const bool factored = weights.factored() || (two && weights2->factored());
   const int64_t n_edges = perm.size(0);
+  const auto bounds = chunk_bounds(row, n_target, factored ? kChunkEdges : 1);
+  const int64_t n_chunks = static_cast<int64_t>(bounds.size()) - 1;
+  const int64_t capacity = tile_capacity<T>(bounds, row);
+  const int64_t step = factored ? 1 : 4;
 
   // Items: (source, attr, weight) of the receiver's edges, two per edge with a second pair;
   // they are applied four (or two, one) at a time.
 #pragma omp parallel num_threads(at::get_num_threads()) if (worth_threads(paths, perm.size(0)))
   {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;  // the tiles' matmuls, per thread
     std::vector<T> mats(4 * kMaxDim * kMaxDim);
+    WeightRows<T> rows1(weights, capacity);
+    std::optional<WeightRows<T>> rows2;
+    if (two) rows2.emplace(*weights2, capacity);
     struct Src {
       const T *s, *y, *w;
     };
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t a = 0; a < n_target; ++a) {
-      T* o = o_ptr + a * o_stride;
-      std::fill(o, o + o_stride, T(0));
-      Src group[4];
-      int k = 0;
-      auto flush = [&](int count) {
-        for (const auto& p : paths) {
-          Item<T> items[4];
-          for (int i = 0; i < count; ++i) {
-            T* m = mats.data() + i * kMaxDim * kMaxDim;
-            edge_matrix(p, group[i].y, m);
-            items[i] = {group[i].s, group[i].w, m};
+#pragma omp for schedule(dynamic, step)
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      const int64_t q0 = row[bounds[c]];
+      rows1.load(prm, q0, row[bounds[c + 1]], true);
+      if (two) rows2->load(prm, q0, row[bounds[c + 1]], true);
+      for (int64_t a = bounds[c]; a < bounds[c + 1]; ++a) {
+        T* o = o_ptr + a * o_stride;
+        std::fill(o, o + o_stride, T(0));
+        Src group[4];
+        int k = 0;
+        auto flush = [&](int count) {
+          for (const auto& p : paths) {
+            Item<T> items[4];
+            for (int i = 0; i < count; ++i) {
+              T* m = mats.data() + i * kMaxDim * kMaxDim;
+              edge_matrix(p, group[i].y, m);
+              items[i] = {group[i].s, group[i].w, m};
+            }
+            (count == 4 ? p.gather4 : count == 2 ? p.gather2 : p.gather1)(p, items, o);
           }
-          (count == 4 ? p.gather4 : count == 2 ? p.gather2 : p.gather1)(p, items, o);
+        };
+        for (int64_t q = row[a]; q < row[a + 1]; ++q) {
+          const int64_t e = prm[q];
+          const T* s = s_ptr + idx[e] * s_stride;
+          if (q + kAhead < n_edges && !factored) {
+            prefetch_row(rows1.row(q + kAhead, q0, prm[q + kAhead]), weights.weight.size(1));
+            if (two) prefetch_row(rows2->row(q + kAhead, q0, prm[q + kAhead]),
+                                  weights2->weight.size(1));
+          }
+          group[k++] = {s, y_ptr + e * y_stride, rows1.row(q, q0, e)};
+          if (two) group[k++] = {s, y2_ptr + e * y_stride, rows2->row(q, q0, e)};
+          if (k == 4) flush(4), k = 0;
         }
-      };
-      for (int64_t q = row[a]; q < row[a + 1]; ++q) {
-        const int64_t e = prm[q];
-        const T* s = s_ptr + idx[e] * s_stride;
-        if (q + kAhead < n_edges) {
-          prefetch_row(w_ptr + prm[q + kAhead] * w_stride, w_stride);
-          if (two) prefetch_row(w2_ptr + prm[q + kAhead] * w_stride, w_stride);
-        }
-        group[k++] = {s, y_ptr + e * y_stride, w_ptr + e * w_stride};
-        if (two) group[k++] = {s, y2_ptr + e * y_stride, w2_ptr + e * w_stride};
-        if (k == 4) flush(4), k = 0;
+        if (k >= 2) flush(2), k -= 2, group[0] = group[2];
+        if (k == 1) flush(1);
       }
-      if (k >= 2) flush(2), k -= 2, group[0] = group[2];
-      if (k == 1) flush(1);
     }
   }
 }
 
 template <typename T>
-void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const at::Tensor& weight,
+void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& weights,
                  const at::Tensor& grad, const Graph& g, const std::vector<Path<T>>& paths,
-                 T* gy_ptr, T* gw_ptr) {
+                 T* gy_ptr, at::Tensor* g_weight, at::Tensor* g_basis) {
   const T* x_ptr = x.data_ptr<T>();
   const T* y_ptr = attr.data_ptr<T>();
-  const T* w_ptr = weight.data_ptr<T>();
   const T* g_ptr = grad.data_ptr<T>();
   const int64_t* snd = g.sender.data_ptr<int64_t>();
   const int64_t* row = g.recv_rowptr.data_ptr<int64_t>();
   const int64_t* prm = g.recv_perm.data_ptr<int64_t>();
-  const int64_t x_stride = x.size(1), y_stride = attr.size(1), w_stride = weight.size(1);
+  const int64_t x_stride = x.size(1), y_stride = attr.size(1);
   const int64_t g_stride = grad.size(1), n_recv = g.recv_rowptr.size(0) - 1;
+  const bool factored = weights.factored();
   const int64_t n_edges = attr.size(0);
+  const int64_t w_dim = (factored ? weights.basis : weights.weight).size(1);
+  const bool need_gw = g_weight != nullptr || g_basis != nullptr;
+  T* gw_ptr = g_weight && !factored ? g_weight->data_ptr<T>() : nullptr;
   int64_t h_size = 1;
   for (const auto& p : paths) h_size = std::max(h_size, p.h_off + p.in_dim * p.y_dim * p.mul);
+  const auto bounds = chunk_bounds(row, n_recv, factored ? kChunkEdges : 1);
+  const int64_t n_chunks = static_cast<int64_t>(bounds.size()) - 1;
+  const int64_t capacity = tile_capacity<T>(bounds, row);
+  const int64_t step = factored ? 1 : 4;
+  const bool threads = worth_threads(paths, n_edges);
+  const int64_t n_threads = threads ? at::get_num_threads() : 1;
+  std::vector<at::Tensor> basis_sums(n_threads);  // per thread: sum over its edges of H^T gW
 
   // Receiver order: H is built once per receiver and reused by its edges.
-#pragma omp parallel num_threads(at::get_num_threads()) if (worth_threads(paths, attr.size(0)))
+#pragma omp parallel num_threads(n_threads) if (threads)
   {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;  // the tiles' matmuls, per thread
     std::vector<T> h(h_size);
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t r = 0; r < n_recv; ++r) {
-      if (row[r] == row[r + 1]) continue;
-      receiver_h(paths, g_ptr + r * g_stride, h.data());
-      for (int64_t q = row[r]; q < row[r + 1]; ++q) {
-        const int64_t e = prm[q];
-        if (q + kAhead < n_edges) {
-          prefetch_row(w_ptr + prm[q + kAhead] * w_stride, w_stride);
-          prefetch_row(x_ptr + snd[prm[q + kAhead]] * x_stride, x_stride);
-        }
-        T* gy = gy_ptr ? gy_ptr + e * y_stride : nullptr;
-        T* gw = gw_ptr ? gw_ptr + e * w_stride : nullptr;
-        if (gy) std::fill(gy, gy + y_stride, T(0));
-        for (const auto& p : paths) {
-          const auto fn = gy && gw ? p.edge_yw : gy ? p.edge_y : p.edge_w;
-          fn(p, h.data() + p.h_off, x_ptr + snd[e] * x_stride, y_ptr + e * y_stride,
-             w_ptr + e * w_stride, gy, gw);
+    WeightRows<T> rows(weights, capacity);
+    at::Tensor gw_tile, gh_tile, basis_sum;
+    if (factored && need_gw) gw_tile = at::empty({capacity, w_dim}, x.options());
+    if (factored && g_weight) gh_tile = at::empty({capacity, weights.weight.size(1)}, x.options());
+    if (factored && g_basis) basis_sum = at::zeros_like(weights.basis, x.options());
+#pragma omp for schedule(dynamic, step)
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      const int64_t q0 = row[bounds[c]], q1 = row[bounds[c + 1]];
+      if (q0 == q1) continue;
+      rows.load(prm, q0, q1, gy_ptr != nullptr);
+      for (int64_t r = bounds[c]; r < bounds[c + 1]; ++r) {
+        if (row[r] == row[r + 1]) continue;
+        receiver_h(paths, g_ptr + r * g_stride, h.data());
+        for (int64_t q = row[r]; q < row[r + 1]; ++q) {
+          const int64_t e = prm[q];
+          if (q + kAhead < n_edges) {
+            if (!factored) prefetch_row(rows.row(q + kAhead, q0, prm[q + kAhead]), w_dim);
+            prefetch_row(x_ptr + snd[prm[q + kAhead]] * x_stride, x_stride);
+          }
+          T* gy = gy_ptr ? gy_ptr + e * y_stride : nullptr;
+          T* gw = !need_gw ? nullptr
+                  : factored ? gw_tile.data_ptr<T>() + (q - q0) * w_dim : gw_ptr + e * w_dim;
+          if (gy) std::fill(gy, gy + y_stride, T(0));
+          const T* w = rows.row(q, q0, e);  // read for gy only (a tile row is formed then)
+          for (const auto& p : paths) {
+            const auto fn = gy && gw ? p.edge_yw : gy ? p.edge_y : p.edge_w;
+            fn(p, h.data() + p.h_off, x_ptr + snd[e] * x_stride, y_ptr + e * y_stride, w, gy, gw);
+          }
         }
       }
+      if (factored && need_gw) {  // the chunk's per-edge weight gradients, contracted
+        const int64_t n = q1 - q0;
+        const at::Tensor gw = gw_tile.narrow(0, 0, n);
+        if (g_weight) {
+          at::Tensor gh = gh_tile.narrow(0, 0, n);
+          at::mm_out(gh, gw, weights.basis.t());
+          const int64_t k = gh_tile.size(1);
+          T* dst = g_weight->data_ptr<T>();
+          const T* src = gh_tile.data_ptr<T>();
+          for (int64_t q = q0; q < q1; ++q)
+            std::memcpy(dst + prm[q] * k, src + (q - q0) * k, k * sizeof(T));
+        }
+        if (g_basis) basis_sum.addmm_(rows.h_tile.narrow(0, 0, n).t(), gw);
+      }
     }
+    if (basis_sum.defined()) basis_sums[omp_get_thread_num()] = basis_sum;
+  }
+  if (g_basis) {
+    g_basis->zero_();
+    for (const auto& s : basis_sums)
+      if (s.defined()) g_basis->add_(s);
   }
 }
 
 }  // namespace
 
-at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr,
-                      const at::Tensor& edge_weight, const at::Tensor* edge_attr2,
-                      const at::Tensor* edge_weight2, const Graph& graph, const Descriptor& desc,
-                      bool transpose) {
+at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr, const Weights& weights,
+                      const at::Tensor* edge_attr2, const Weights* weights2, const Graph& graph,
+                      const Descriptor& desc, bool transpose) {
   const at::Tensor& rowptr = transpose ? graph.send_rowptr : graph.recv_rowptr;
   const at::Tensor& perm = transpose ? graph.send_perm : graph.recv_perm;
   const at::Tensor& source_index = transpose ? graph.receiver : graph.sender;
@@ -387,29 +495,30 @@ at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr,
   at::Tensor out = at::empty({rowptr.size(0) - 1, out_dim}, src.options());
   AT_DISPATCH_FLOATING_TYPES(src.scalar_type(), "channelwise_conv_gather", [&] {
     const auto paths = load_paths<scalar_t>(desc, transpose);
-    gather_kernel<scalar_t>(src, edge_attr, edge_weight, edge_attr2, edge_weight2, source_index,
-                            rowptr, perm, paths, out);
+    gather_kernel<scalar_t>(src, edge_attr, weights, edge_attr2, weights2, source_index, rowptr,
+                            perm, paths, out);
   });
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor> edge_cpu(const at::Tensor& x, const at::Tensor& edge_attr,
-                                            const at::Tensor& edge_weight, const at::Tensor& grad,
-                                            const Graph& graph, const Descriptor& desc,
-                                            bool need_attr, bool need_weight) {
-  const int64_t n_edges = edge_attr.size(0);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_cpu(
+    const at::Tensor& x, const at::Tensor& edge_attr, const Weights& weights,
+    const at::Tensor& grad, const Graph& graph, const Descriptor& desc, bool need_attr,
+    bool need_weight, bool need_basis) {
+  const bool factored = weights.factored();
+  need_basis = need_basis && factored;
   at::Tensor gy = need_attr ? at::empty_like(edge_attr) : at::empty({0}, x.options());
   // The paths' weight segments tile each row (checked by the caller): no zero fill needed.
-  at::Tensor gw = need_weight ? at::empty({n_edges, edge_weight.size(1)}, x.options())
-                              : at::empty({0}, x.options());
-  if (!need_attr && !need_weight) return {gy, gw};
+  at::Tensor gw = need_weight ? at::empty_like(weights.weight) : at::empty({0}, x.options());
+  at::Tensor gb = need_basis ? at::empty_like(weights.basis) : at::empty({0}, x.options());
+  if (!need_attr && !need_weight && !need_basis) return {gy, gw, gb};
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "channelwise_conv_edge", [&] {
     const auto paths = load_paths<scalar_t>(desc, false);
-    edge_kernel<scalar_t>(x, edge_attr, edge_weight, grad, graph, paths,
+    edge_kernel<scalar_t>(x, edge_attr, weights, grad, graph, paths,
                           need_attr ? gy.data_ptr<scalar_t>() : nullptr,
-                          need_weight ? gw.data_ptr<scalar_t>() : nullptr);
+                          need_weight ? &gw : nullptr, need_basis ? &gb : nullptr);
   });
-  return {gy, gw};
+  return {gy, gw, gb};
 }
 
 }  // namespace cfmtrain::conv

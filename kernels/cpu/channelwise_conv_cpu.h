@@ -20,21 +20,29 @@ struct Descriptor {
   std::vector<int64_t> dims;
 };
 
+// Per-edge weights: stored rows (basis undefined: weight is [E, w_dim]) or factored, weight @ basis
+// with weight [E, K] (the radial MLP's last hidden layer) and basis [K, w_dim] (its last linear
+// layer): then the rows are formed per chunk of edges inside the kernels, never stored whole.
+struct Weights {
+  at::Tensor weight, basis;
+  bool factored() const { return basis.defined(); }
+};
+
 // Node-level contraction. transpose=false: message[r] = sum_{e->r} TP(src[sender[e]], attr[e],
 // weight[e]) over the receiver CSR. transpose=true: the adjoint w.r.t. the node features,
 // src is a message-shaped tensor at receivers and the result is feature-shaped at senders.
-// With attr2/weight2 (both or neither), TP(src, attr2, weight2) is added in the same pass.
-at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr,
-                      const at::Tensor& edge_weight, const at::Tensor* edge_attr2,
-                      const at::Tensor* edge_weight2, const Graph& graph, const Descriptor& desc,
-                      bool transpose);
+// With attr2/weights2 (both or neither), TP(src, attr2, weight2) is added in the same pass.
+at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr, const Weights& weights,
+                      const at::Tensor* edge_attr2, const Weights* weights2, const Graph& graph,
+                      const Descriptor& desc, bool transpose);
 
 // Edge-level contraction with grad (message-shaped, at receivers) and x (feature-shaped, at
-// senders): returns (d<grad, message>/d attr, d<grad, message>/d weight); an output not asked
-// for is an empty tensor.
-std::tuple<at::Tensor, at::Tensor> edge_cpu(const at::Tensor& x, const at::Tensor& edge_attr,
-                                            const at::Tensor& edge_weight, const at::Tensor& grad,
-                                            const Graph& graph, const Descriptor& desc,
-                                            bool need_attr, bool need_weight);
+// senders): returns (d<grad, message>/d attr, d<grad, message>/d weight, d<grad, message>/d
+// basis); for factored weights the weight slot is the hidden layer [E, K] and the basis one
+// [K, w_dim] is summed over edges. An output not asked for is an empty tensor.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_cpu(
+    const at::Tensor& x, const at::Tensor& edge_attr, const Weights& weights,
+    const at::Tensor& grad, const Graph& graph, const Descriptor& desc, bool need_attr,
+    bool need_weight, bool need_basis);
 
 }  // namespace cfmtrain::conv

@@ -16,6 +16,7 @@ import torch
 from e3nn import o3
 
 from cfmtrain.kernels.backend import load_ops
+from cfmtrain.kernels.radial import FoldedRadialMLP
 
 FUSION_TAG = "cfmtrain"
 
@@ -149,48 +150,60 @@ def conv_graph(edge_index: torch.Tensor, num_nodes: int) -> ConvGraph:
 
 def conv_gather(src: torch.Tensor, attr: torch.Tensor, weight: torch.Tensor, graph: ConvGraph,
                 desc: ConvDescriptor, transpose: bool, attr2: torch.Tensor | None = None,
-                weight2: torch.Tensor | None = None) -> torch.Tensor:
+                weight2: torch.Tensor | None = None, basis: torch.Tensor | None = None,
+                basis2: torch.Tensor | None = None) -> torch.Tensor:
     """Node-level slot of the conv (ir_mul layout): the message, or its adjoint w.r.t. x;
-    with (attr2, weight2) the conv with those edge factors is added in the same pass."""
+    with (attr2, weight2) the conv with those edge factors is added in the same pass. With a
+    `basis` [K, w_dim] the weight is factored: `weight` [E, K] @ basis, formed in the kernel."""
     if attr2 is not None:
         attr2, weight2 = attr2.contiguous(), weight2.contiguous()
+    basis, basis2 = (None if b is None else b.contiguous() for b in (basis, basis2))
     return _OPS.channelwise_conv_gather(src.contiguous(), attr.contiguous(), weight.contiguous(),
-                                        attr2, weight2, *graph, *desc.args(), transpose)
+                                        attr2, weight2, basis, basis2, *graph, *desc.args(),
+                                        transpose)
 
 
 def conv_edge(x: torch.Tensor, attr: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor,
               graph: ConvGraph, desc: ConvDescriptor, need_attr: bool = True,
-              need_weight: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Edge-level slots: d<grad, message>/d attr (uses weight) and d<grad, message>/d weight
-    (uses attr); an output not asked for is empty."""
-    return _OPS.channelwise_conv_edge(x.contiguous(), attr.contiguous(), weight.contiguous(),
-                                      grad.contiguous(), *graph, *desc.args(), need_attr,
-                                      need_weight)
+              need_weight: bool = True, basis: torch.Tensor | None = None,
+              need_basis: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Edge-level slots: d<grad, message>/d attr (uses weight), d<grad, message>/d weight (uses
+    attr) and, for a factored weight, d<grad, message>/d basis; an output not asked for is
+    empty."""
+    return _OPS.channelwise_conv_edge(
+        x.contiguous(), attr.contiguous(), weight.contiguous(), grad.contiguous(),
+        None if basis is None else basis.contiguous(), *graph, *desc.args(), need_attr,
+        need_weight, need_basis and basis is not None)
 
 
 def channelwise_conv(node_feats: torch.Tensor, edge_attrs: torch.Tensor, tp_weights: torch.Tensor,
-                     graph: ConvGraph, desc: ConvDescriptor) -> torch.Tensor:
-    """sum_{e: s->r} TP(node_feats[s], edge_attrs[e], tp_weights[e]) per receiver r (mul_ir)."""
+                     graph: ConvGraph, desc: ConvDescriptor,
+                     basis: torch.Tensor | None = None) -> torch.Tensor:
+    """sum_{e: s->r} TP(node_feats[s], edge_attrs[e], tp_weights[e]) per receiver r (mul_ir);
+    with `basis`, the weights are tp_weights @ basis (never formed whole)."""
     if node_feats.device.type != "cpu":
         raise NotImplementedError(f"the fused conv runs on the CPU only, got {node_feats.device}; "
                                   "unfuse the model (cfmtrain.kernels.conv.unfuse_convs)")
     x = _permute(node_feats, desc.x_order)
-    out = conv_gather(x, edge_attrs, tp_weights, graph, desc, transpose=False)
+    out = conv_gather(x, edge_attrs, tp_weights, graph, desc, transpose=False, basis=basis)
     return _permute(out, desc.o_order, inverse=True)
 
 
 @torch.library.register_fake("cfmtrain::channelwise_conv_gather")
-def _gather_fake(src, attr, weight, attr2, weight2, sender, receiver, recv_rowptr, recv_perm,
-                 send_rowptr, send_perm, paths, terms, coeffs, dims, transpose):
+def _gather_fake(src, attr, weight, attr2, weight2, basis, basis2, sender, receiver, recv_rowptr,
+                 recv_perm, send_rowptr, send_perm, paths, terms, coeffs, dims, transpose):
     rows = (send_rowptr if transpose else recv_rowptr).shape[0] - 1
     return src.new_empty((rows, dims[0] if transpose else dims[3]))
 
 
 @torch.library.register_fake("cfmtrain::channelwise_conv_edge")
-def _edge_fake(x, attr, weight, grad, sender, receiver, recv_rowptr, recv_perm, send_rowptr,
-               send_perm, paths, terms, coeffs, dims, need_attr, need_weight):
+def _edge_fake(x, attr, weight, grad, basis, sender, receiver, recv_rowptr, recv_perm,
+               send_rowptr, send_perm, paths, terms, coeffs, dims, need_attr, need_weight,
+               need_basis):
+    need_basis = need_basis and basis is not None
     return (attr.new_empty(attr.shape if need_attr else (0,)),
-            weight.new_empty(weight.shape if need_weight else (0,)))
+            weight.new_empty(weight.shape if need_weight else (0,)),
+            weight.new_empty(basis.shape if need_basis else (0,)))
 
 
 def _setup(ctx, inputs: tuple, num_tensors: int) -> None:
@@ -199,55 +212,90 @@ def _setup(ctx, inputs: tuple, num_tensors: int) -> None:
     paths, terms, coeffs, dims = inputs[num_tensors + 6:num_tensors + 10]
     ctx.desc = ConvDescriptor(paths, terms, coeffs, list(dims), None, None)
     ctx.flags = inputs[num_tensors + 10:]
+    ctx.num_inputs = len(inputs)
     ctx.set_materialize_grads(False)  # no E x weights zero tensors for unused outputs
 
 
 def _gather_backward(ctx, grad):
-    none = (None,) * 16
+    none = (None,) * ctx.num_inputs
     if grad is None:
         return none
-    src, attr, weight, attr2, weight2 = ctx.saved_tensors
+    src, attr, weight, attr2, weight2, basis, basis2 = ctx.saved_tensors
     (transpose,) = ctx.flags
     need = ctx.needs_input_grad
     d = list(none)
     if need[0]:
-        d[0] = conv_gather(grad, attr, weight, ctx.graph, ctx.desc, not transpose, attr2, weight2)
+        d[0] = conv_gather(grad, attr, weight, ctx.graph, ctx.desc, not transpose, attr2, weight2,
+                           basis, basis2)
     x, g = (grad, src) if transpose else (src, grad)
-    for k, (y, w) in ((1, (attr, weight)), (3, (attr2, weight2))):
-        if y is not None and (need[k] or need[k + 1]):
-            gy, gw = conv_edge(x, y, w, g, ctx.graph, ctx.desc, need[k], need[k + 1])
+    for k, (y, w, b, kb) in ((1, (attr, weight, basis, 5)), (3, (attr2, weight2, basis2, 6))):
+        if y is not None and (need[k] or need[k + 1] or need[kb]):
+            gy, gw, gb = conv_edge(x, y, w, g, ctx.graph, ctx.desc, need[k], need[k + 1], b,
+                                   need[kb])
             d[k], d[k + 1] = (gy if need[k] else None), (gw if need[k + 1] else None)
+            d[kb] = gb if b is not None and need[kb] else None
     return tuple(d)
 
 
-def _edge_backward(ctx, a_attr, a_weight):
-    x, attr, weight, g = ctx.saved_tensors
-    need_attr_out, need_weight_out = ctx.flags
-    use_y, use_w = need_attr_out and a_attr is not None, need_weight_out and a_weight is not None
-    # The cotangents replace one edge slot of the 4-linear form: (a_attr, weight), (attr, a_weight).
-    pairs = [p for p, use in (((a_attr, weight), use_y), ((attr, a_weight), use_w)) if use]
-    flat = [t for p in pairs for t in p]
+def _edge_backward(ctx, a_attr, a_weight, a_basis):
+    """The edge op's outputs contracted with cotangents are the conv's form with one edge slot
+    replaced: <a_attr, gy> + <a_weight, gw> + <a_basis, gb> = F(attr=a_attr) + F(W=a_W), where
+    a_W = a_weight (stored weights) or a_weight @ basis + weight @ a_basis (factored ones,
+    itself factored: [a_weight | weight] @ [basis; a_basis])."""
+    x, attr, weight, g, basis = ctx.saved_tensors
+    need_attr_out, need_weight_out, need_basis_out = ctx.flags
+    a_attr = a_attr if need_attr_out else None
+    a_weight = a_weight if need_weight_out else None
+    a_basis = a_basis if need_basis_out and basis is not None else None
     need = ctx.needs_input_grad
-    d = [None] * 16
-    if pairs and need[0]:
-        d[0] = conv_gather(g, *flat[:2], ctx.graph, ctx.desc, True, *flat[2:])
-    if pairs and need[3]:
-        d[3] = conv_gather(x, *flat[:2], ctx.graph, ctx.desc, False, *flat[2:])
-    # d attr = gy with a_weight in the weight slot; d weight = gw with a_attr in the attr slot.
-    want_y, want_w = bool(need[1] and use_w), bool(need[2] and use_y)
-    if want_y or want_w:
-        gy, gw = conv_edge(x, a_attr if want_w else attr, a_weight if want_y else weight, g,
-                           ctx.graph, ctx.desc, want_y, want_w)
-        d[1], d[2] = (gy if want_y else None), (gw if want_w else None)
+    d = [None] * ctx.num_inputs
+    # Pairs (attr, weight, basis) whose conv forms sum to the contracted outputs.
+    first = (a_attr, weight, basis) if a_attr is not None else None
+    if basis is None or a_basis is None:
+        second = (attr, a_weight, basis) if a_weight is not None else None
+    elif a_weight is None:
+        second = (attr, weight, a_basis)
+    else:
+        second = (attr, torch.cat([a_weight, weight], 1), torch.cat([basis, a_basis], 0))
+    pairs = [p for p in (first, second) if p is not None]
+    if not pairs:
+        return tuple(d)
+    flat = {} if len(pairs) == 1 else {"attr2": pairs[1][0], "weight2": pairs[1][1],
+                                       "basis2": pairs[1][2]}
+    if need[0]:
+        d[0] = conv_gather(g, *pairs[0][:2], ctx.graph, ctx.desc, True, basis=pairs[0][2], **flat)
+    if need[3]:
+        d[3] = conv_gather(x, *pairs[0][:2], ctx.graph, ctx.desc, False, basis=pairs[0][2], **flat)
+    k = weight.shape[1]
+    if first is not None and (need[2] or need[4]):  # d weight, d basis with a_attr in the attr slot
+        _, gw, gb = conv_edge(x, a_attr, weight, g, ctx.graph, ctx.desc, False, need[2], basis,
+                              need[4])
+        d[2], d[4] = (gw if need[2] else None), (gb if need[4] and basis is not None else None)
+    if second is not None:
+        # d attr: the second form's attribute slot; factored, its weight slot's gradient gives
+        # d weight through a_basis and its basis slot's gives d basis through a_weight.
+        want_w = bool(need[2] and a_basis is not None)
+        want_b = bool(need[4] and a_weight is not None and basis is not None)
+        if need[1] or want_w or want_b:
+            gy, gw, gb = conv_edge(x, *second[:2], g, ctx.graph, ctx.desc, need[1], want_w,
+                                   second[2], want_b)
+            if need[1]:
+                d[1] = gy
+            if want_w:
+                gw = gw[:, k:] if a_weight is not None else gw
+                d[2] = gw if d[2] is None else d[2] + gw
+            if want_b:
+                gb = gb[:k] if a_basis is not None else gb
+                d[4] = gb if d[4] is None else d[4] + gb
     return tuple(d)
 
 
 torch.library.register_autograd(
     "cfmtrain::channelwise_conv_gather", _gather_backward,
-    setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 5))
+    setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 7))
 torch.library.register_autograd(
     "cfmtrain::channelwise_conv_edge", _edge_backward,
-    setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 4))
+    setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 5))
 
 
 class FusedChannelwiseConv(torch.nn.Module):
@@ -269,17 +317,30 @@ class FusedChannelwiseConv(torch.nn.Module):
         for name, buf in tp.named_buffers(recurse=False):
             self.register_buffer(name, buf, persistent=name not in tp._non_persistent_buffers_set)
         self.__dict__["_original"] = tp  # not a submodule: not in state_dict or .modules()
+        self.__dict__["_radial"] = None  # the block's factored radial MLP (not a submodule)
+
+    def factor_weights(self, radial: FoldedRadialMLP | None) -> None:
+        """Take `tp_weights` as the last hidden layer of `radial` (which then returns it) and
+        form the weights with its last layer inside the kernels; None: whole weights again."""
+        if self._radial is not None:
+            self._radial.factored = False
+        if radial is not None:
+            radial.factor()
+        self.__dict__["_radial"] = radial
 
     def forward(self, node_feats: torch.Tensor, edge_attrs: torch.Tensor,
                 tp_weights: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         graph = conv_graph(edge_index, node_feats.shape[0])
-        return channelwise_conv(node_feats, edge_attrs, tp_weights, graph, self.descriptor)
+        radial = self._radial
+        basis = radial.basis() if radial is not None and radial.factored else None
+        return channelwise_conv(node_feats, edge_attrs, tp_weights, graph, self.descriptor, basis)
 
     def __reduce__(self) -> tuple:
         """Pickle as the e3nn TensorProduct (saved by e3nn's own logic, compiled code included)
         and fuse it again on load: the fused module itself holds e3nn's compiled submodules
-        without their save logic (issue #11)."""
-        return _fused_conv, (self.restore(), self.training)
+        without their save logic (issue #11). The factored radial MLP is pickled once (the
+        block holds it too) and linked again."""
+        return _fused_conv, (self.restore(), self.training, self._radial)
 
     def restore(self) -> o3.TensorProduct:
         """The original TensorProduct, holding this module's current parameters and buffers."""
@@ -293,10 +354,13 @@ class FusedChannelwiseConv(torch.nn.Module):
         return tp
 
 
-def _fused_conv(tp: o3.TensorProduct, training: bool) -> FusedChannelwiseConv:
+def _fused_conv(tp: o3.TensorProduct, training: bool,
+                radial: FoldedRadialMLP | None = None) -> FusedChannelwiseConv:
     """Unpickles a FusedChannelwiseConv (see its `__reduce__`)."""
     conv = FusedChannelwiseConv(tp)
     conv.training = training
+    if radial is not None and radial.factored:
+        conv.factor_weights(radial)
     return conv
 
 
@@ -322,10 +386,25 @@ def fuse_convs(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def factor_radial_weights(model: torch.nn.Module) -> int:
+    """Fuse each block's radial MLP's last layer into its fused conv (the per-edge weights are
+    then formed inside the kernels, chunk by chunk, never stored whole), where the conv is fused
+    and the MLP folded with a linear last layer; returns how many blocks are factored."""
+    factored = 0
+    for block in _interaction_blocks(model):
+        conv, radial = block.conv_tp, getattr(block, "conv_tp_weights", None)
+        if (isinstance(conv, FusedChannelwiseConv) and isinstance(radial, FoldedRadialMLP)
+                and radial.can_factor):
+            conv.factor_weights(radial)
+            factored += 1
+    return factored
+
+
 def unfuse_convs(model: torch.nn.Module) -> torch.nn.Module:
     """Put the original e3nn TensorProducts back (the inverse of `fuse_convs`), in place."""
     for block in _interaction_blocks(model):
         if isinstance(block.conv_tp, FusedChannelwiseConv):
+            block.conv_tp.factor_weights(None)
             block.conv_tp = block.conv_tp.restore()
             if getattr(block, "conv_fusion", None) == FUSION_TAG:
                 del block.conv_fusion

@@ -18,7 +18,7 @@ from cfmtrain.kernels.backend import (
     mace_conv_backend,
     model_device,
 )
-from cfmtrain.kernels.conv import fuse_convs, unfuse_convs
+from cfmtrain.kernels.conv import factor_radial_weights, fuse_convs, unfuse_convs
 from cfmtrain.kernels.radial import fold_radial_mlps, unfold_radial_mlps
 from cfmtrain.kernels.reshape import fuse_reshapes, unfuse_reshapes
 from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
@@ -75,7 +75,8 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
     kernels, "reference" the same fused symmetric contraction on cfmtrain's pure-PyTorch
     evaluator (kernels.reference), "cueq" mace-torch's cuEquivariance symmetric contraction,
     "mace" leaves mace-torch's e3nn code. The conv (its radial MLP folded too, kernels.radial,
-    and the message's reshape a single permutation, kernels.reshape) is fused with "cpu-fused"
+    the MLP's last layer formed inside the conv's kernels, and the message's reshape a single
+    permutation, kernels.reshape) is fused with "cpu-fused"
     unless `conv=False`; otherwise it is mace-torch's own ("cueq" if the model was built with
     cuEquivariance, else "mace").
     """
@@ -91,6 +92,7 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
     if backend == CPU_FUSED and conv:  # the conv with its weight path (the radial MLP)
         fuse_convs(model)
         fold_radial_mlps(model)
+        factor_radial_weights(model)
         fuse_reshapes(model)
         conv_backend = CPU_FUSED
     else:

@@ -35,38 +35,69 @@ def _plan(fc: FullyConnectedNet) -> tuple[list[tuple[float, object]], float]:
 
 class FoldedRadialMLP(torch.nn.Module):
     """An e3nn FullyConnectedNet computed with its constants folded into the weights. It adopts
-    the net's layers under the same names (state_dict unchanged); `restore()` gives it back."""
+    the net's layers under the same names (state_dict unchanged); `restore()` gives it back.
 
-    def __init__(self, fc: FullyConnectedNet) -> None:
+    `factored` (set by the fused conv that consumes it, kernels.conv): the forward stops before
+    the last linear layer and returns the last hidden activations [edges, hidden]; the conv
+    multiplies them by `basis()` per chunk of edges, so the [edges, weights] output is never
+    stored.
+    """
+
+    def __init__(self, fc: FullyConnectedNet, factored: bool = False) -> None:
         super().__init__()
         self.plan, self.carry = _plan(fc)
         self.hs = list(fc.hs)
         for name, layer in fc.named_children():
             self.add_module(name, layer)
         self.__dict__["_original"] = fc  # not a submodule: not in state_dict or .modules()
+        self.factored = False
+        if factored:
+            self.factor()
+
+    @property
+    def can_factor(self) -> bool:
+        """A linear last layer (no activation, no constant after it) can be factored out."""
+        return len(self.plan) > 1 and self.plan[-1][1] is None and self.carry == 1.0
+
+    def factor(self) -> None:
+        """From now on return the last hidden layer; the weights are that @ basis()."""
+        if not self.can_factor:
+            raise ValueError("FoldedRadialMLP: the last layer is not linear; cannot factor it")
+        self.factored = True
+
+    def basis(self) -> torch.Tensor:
+        """The last layer's [hidden, weights] matrix, constants folded in."""
+        layer = list(self.children())[-1]
+        return layer.weight * self.plan[-1][0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer, (scale, act) in zip(self.children(), self.plan, strict=True):
+        layers = list(zip(self.children(), self.plan, strict=True))
+        for layer, (scale, act) in layers[:-1] if self.factored else layers:
             x = x @ (layer.weight * scale)
             if act is not None:
                 x = act(x)
-        return x if self.carry == 1.0 else x * self.carry
+        return x if self.carry == 1.0 or self.factored else x * self.carry
 
     def __reduce__(self) -> tuple:
         """Pickle as the e3nn net and fold it again on load."""
-        return _folded, (self.restore(), self.training)
+        return _folded, (self._net(), self.training, self.factored)
 
     def restore(self) -> FullyConnectedNet:
-        """The original FullyConnectedNet, holding this module's current layers."""
+        """The original FullyConnectedNet, holding this module's current layers (this module
+        returns whole weights again)."""
+        self.factored = False
+        return self._net()
+
+    def _net(self) -> FullyConnectedNet:
         fc = self._original
         for name, child in self.named_children():
             fc._modules[name] = child
         return fc
 
 
-def _folded(fc: FullyConnectedNet, training: bool) -> FoldedRadialMLP:
+def _folded(fc: FullyConnectedNet, training: bool, factored: bool = False) -> FoldedRadialMLP:
     """Unpickles a FoldedRadialMLP (see its `__reduce__`)."""
-    mlp = FoldedRadialMLP(fc)
+    mlp = FoldedRadialMLP(fc, factored)
     mlp.training = training
     return mlp
 
