@@ -2,6 +2,7 @@
 scatter_sum: block messages, derivatives to second order, edge cases, and whole models."""
 
 import copy
+import inspect
 
 import e3nn
 import mace.modules  # noqa: F401  (import mace before e3nn)
@@ -488,3 +489,38 @@ def test_benchmark_convs_agree_with_mace():
     for ours, theirs, args in zip(fused, mace_convs, inputs, strict=True):
         got, expected = ours(*args), theirs(*args)
         assert (got - expected).abs().max() <= 1e-10 * expected.abs().max()
+
+
+def test_forces_pass_skips_the_basis_gradient(float64_default, monkeypatch):
+    """autograd.grad(energy, positions) reaches no parameter: the conv's backward does not sum
+    the basis gradient over the edges then; asked for the last layer's weight, it does (and
+    gives mace-torch's gradient)."""
+    from cfmtrain.kernels import conv, fuse_model
+
+    torch.manual_seed(0)
+    model = make_model(*BLOCKS[0])
+    batch = batch_of(structures())
+    last = [list(b.conv_tp_weights.children())[-1].weight for b in model.interactions]
+
+    def energy_grads(m, wrt_last):
+        data = {k: v.clone() if torch.is_tensor(v) else v for k, v in batch.items()}
+        data["positions"].requires_grad_(True)
+        energy = m(data, training=True, compute_force=False)["energy"].sum()
+        return torch.autograd.grad(energy, [data["positions"], *(last if wrt_last else [])])
+
+    expected = energy_grads(model, True)
+    fuse_model(model)
+    calls, real = [], conv.conv_edge
+
+    def recording(*args, **kwargs):
+        calls.append(inspect.signature(real).bind(*args, **kwargs).arguments.get("need_basis"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(conv, "conv_edge", recording)
+    energy_grads(model, False)
+    assert calls and not any(calls)
+    calls.clear()
+    got = energy_grads(model, True)
+    assert any(calls)
+    for a, b in zip(got, expected, strict=True):
+        assert rel_err(a, b) < 1e-10

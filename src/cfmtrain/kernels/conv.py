@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import torch
 from e3nn import o3
+from torch.autograd.graph import get_gradient_edge
 
 from cfmtrain.kernels.backend import load_ops
 from cfmtrain.kernels.radial import FoldedRadialMLP
@@ -216,13 +217,27 @@ def _setup(ctx, inputs: tuple, num_tensors: int) -> None:
     ctx.set_materialize_grads(False)  # no E x weights zero tensors for unused outputs
 
 
+def _reached(ctx, tensors: tuple) -> list[bool]:
+    """ctx.needs_input_grad narrowed to the inputs this backward pass reaches: the forces'
+    `autograd.grad(energy, positions)` reaches no parameter, so the basis gradient (a sum over
+    every edge) is skipped there. Outside the engine (tracing) every flagged input counts."""
+    need = list(ctx.needs_input_grad)
+    for i, tensor in enumerate(tensors):
+        if need[i] and tensor is not None:
+            try:
+                need[i] = torch._C._will_engine_execute_node(get_gradient_edge(tensor).node)
+            except RuntimeError:
+                pass
+    return need
+
+
 def _gather_backward(ctx, grad):
     none = (None,) * ctx.num_inputs
     if grad is None:
         return none
-    src, attr, weight, attr2, weight2, basis, basis2 = ctx.saved_tensors
+    src, attr, weight, attr2, weight2, basis, basis2 = saved = ctx.saved_tensors
     (transpose,) = ctx.flags
-    need = ctx.needs_input_grad
+    need = _reached(ctx, saved)
     d = list(none)
     if need[0]:
         d[0] = conv_gather(grad, attr, weight, ctx.graph, ctx.desc, not transpose, attr2, weight2,
@@ -242,12 +257,12 @@ def _edge_backward(ctx, a_attr, a_weight, a_basis):
     replaced: <a_attr, gy> + <a_weight, gw> + <a_basis, gb> = F(attr=a_attr) + F(W=a_W), where
     a_W = a_weight (stored weights) or a_weight @ basis + weight @ a_basis (factored ones,
     itself factored: [a_weight | weight] @ [basis; a_basis])."""
-    x, attr, weight, g, basis = ctx.saved_tensors
+    x, attr, weight, g, basis = saved = ctx.saved_tensors
     need_attr_out, need_weight_out, need_basis_out = ctx.flags
     a_attr = a_attr if need_attr_out else None
     a_weight = a_weight if need_weight_out else None
     a_basis = a_basis if need_basis_out and basis is not None else None
-    need = ctx.needs_input_grad
+    need = _reached(ctx, saved)
     d = [None] * ctx.num_inputs
     # Pairs (attr, weight, basis) whose conv forms sum to the contracted outputs.
     first = (a_attr, weight, basis) if a_attr is not None else None
