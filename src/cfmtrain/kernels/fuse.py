@@ -19,6 +19,7 @@ from cfmtrain.kernels.backend import (
     model_device,
 )
 from cfmtrain.kernels.conv import factor_radial_weights, fuse_convs, unfuse_convs
+from cfmtrain.kernels.linear import fuse_linears, unfuse_linears
 from cfmtrain.kernels.radial import fold_radial_mlps, unfold_radial_mlps
 from cfmtrain.kernels.reshape import fuse_reshapes, unfuse_reshapes
 from cfmtrain.kernels.skip import fuse_skips, unfuse_skips
@@ -77,8 +78,9 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
     evaluator (kernels.reference), "cueq" mace-torch's cuEquivariance symmetric contraction,
     "mace" leaves mace-torch's e3nn code. The conv (its radial MLP folded too, kernels.radial,
     the MLP's last layer formed inside the conv's kernels, the message's reshape a single
-    permutation, kernels.reshape, and the element self-connection one matmul per element,
-    kernels.skip) is fused with "cpu-fused"
+    permutation, kernels.reshape, the message's linear without slice gradients,
+    kernels.linear, and the element self-connection one matmul per element, kernels.skip) is
+    fused with "cpu-fused"
     unless `conv=False`; otherwise it is mace-torch's own ("cueq" if the model was built with
     cuEquivariance, else "mace").
     """
@@ -96,12 +98,14 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
         fold_radial_mlps(model)
         factor_radial_weights(model)
         fuse_reshapes(model)
+        fuse_linears(model)
         fuse_skips(model)
         conv_backend = CPU_FUSED
     else:
         unfuse_convs(model)
         unfold_radial_mlps(model)
         unfuse_reshapes(model)
+        unfuse_linears(model)
         unfuse_skips(model)
         conv_backend = mace_conv_backend(model)
         if chosen and backend != CPU_FUSED:  # a device without our kernels: warn once
@@ -119,6 +123,7 @@ def unfuse_model(model: torch.nn.Module) -> torch.nn.Module:
     unfuse_convs(model)
     unfold_radial_mlps(model)
     unfuse_reshapes(model)
+    unfuse_linears(model)
     unfuse_skips(model)
     if hasattr(model, "cfmtrain_kernel_backend"):
         del model.cfmtrain_kernel_backend
