@@ -315,8 +315,8 @@ struct WeightRows {
   }
 };
 
-template <typename T>
-int64_t tile_capacity(const std::vector<int64_t>& bounds, const int64_t* row) {
+// The most edges in one chunk (rows of a tile).
+inline int64_t tile_capacity(const std::vector<int64_t>& bounds, const int64_t* row) {
   int64_t cap = 1;
   for (size_t i = 0; i + 1 < bounds.size(); ++i)
     cap = std::max(cap, row[bounds[i + 1]] - row[bounds[i]]);
@@ -342,7 +342,7 @@ void gather_kernel(const at::Tensor& src, const at::Tensor& attr, const Weights&
   const int64_t n_edges = perm.size(0);
   const auto bounds = chunk_bounds(row, n_target, factored ? kChunkEdges : 1);
   const int64_t n_chunks = static_cast<int64_t>(bounds.size()) - 1;
-  const int64_t capacity = tile_capacity<T>(bounds, row);
+  const int64_t capacity = tile_capacity(bounds, row);
   const int64_t step = factored ? 1 : 4;
 
   // Items: (source, attr, weight) of the receiver's edges, two per edge with a second pair;
@@ -418,7 +418,7 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& wei
   for (const auto& p : paths) h_size = std::max(h_size, p.h_off + p.in_dim * p.y_dim * p.mul);
   const auto bounds = chunk_bounds(row, n_recv, factored ? kChunkEdges : 1);
   const int64_t n_chunks = static_cast<int64_t>(bounds.size()) - 1;
-  const int64_t capacity = tile_capacity<T>(bounds, row);
+  const int64_t capacity = tile_capacity(bounds, row);
   const int64_t step = factored ? 1 : 4;
   const bool threads = worth_threads(paths, n_edges);
   const int64_t n_threads = threads ? at::get_num_threads() : 1;
