@@ -16,6 +16,7 @@ import torch
 from e3nn import o3
 from torch.autograd.graph import get_gradient_edge
 
+from cfmtrain.kernels.adopt import Adopting
 from cfmtrain.kernels.backend import load_ops
 from cfmtrain.kernels.radial import FoldedRadialMLP
 
@@ -313,7 +314,7 @@ torch.library.register_autograd(
     setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 5))
 
 
-class FusedChannelwiseConv(torch.nn.Module):
+class FusedChannelwiseConv(Adopting):
     """Drop-in `conv_tp` for a block with `conv_fusion`: (x, Y, W, edge_index) -> node messages.
 
     It adopts the e3nn TensorProduct's parameters, buffers and submodules under the same names, so
@@ -321,17 +322,11 @@ class FusedChannelwiseConv(torch.nn.Module):
     """
 
     def __init__(self, tp: o3.TensorProduct) -> None:
-        super().__init__()
-        self.descriptor = conv_descriptor(tp)
+        descriptor = conv_descriptor(tp)
+        super().__init__(tp)
+        self.descriptor = descriptor
         self.irreps_in1, self.irreps_in2 = tp.irreps_in1, tp.irreps_in2
         self.irreps_out, self.weight_numel = tp.irreps_out, tp.weight_numel
-        for name, child in tp.named_children():
-            self.add_module(name, child)
-        for name, param in tp.named_parameters(recurse=False):
-            self.register_parameter(name, param)
-        for name, buf in tp.named_buffers(recurse=False):
-            self.register_buffer(name, buf, persistent=name not in tp._non_persistent_buffers_set)
-        self.__dict__["_original"] = tp  # not a submodule: not in state_dict or .modules()
         self.__dict__["_radial"] = None  # the block's factored radial MLP (not a submodule)
 
     def factor_weights(self, radial: FoldedRadialMLP | None) -> None:
@@ -356,17 +351,6 @@ class FusedChannelwiseConv(torch.nn.Module):
         without their save logic (issue #11). The factored radial MLP is pickled once (the
         block holds it too) and linked again."""
         return _fused_conv, (self.restore(), self.training, self._radial)
-
-    def restore(self) -> o3.TensorProduct:
-        """The original TensorProduct, holding this module's current parameters and buffers."""
-        tp = self._original
-        for name in list(tp._parameters):
-            tp._parameters[name] = self._parameters[name]
-        for name in list(tp._buffers):
-            tp._buffers[name] = self._buffers[name]
-        for name, child in self.named_children():
-            tp._modules[name] = child
-        return tp
 
 
 def _fused_conv(tp: o3.TensorProduct, training: bool,

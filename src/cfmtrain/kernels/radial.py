@@ -15,6 +15,8 @@ import torch
 from e3nn.math import normalize2mom
 from e3nn.nn import FullyConnectedNet
 
+from cfmtrain.kernels.adopt import Adopting, swap_in, swap_out
+
 
 def _plan(fc: FullyConnectedNet) -> tuple[list[tuple[float, object]], float]:
     """Per layer (weight scale, activation function or None), and the factor left at the end
@@ -33,7 +35,7 @@ def _plan(fc: FullyConnectedNet) -> tuple[list[tuple[float, object]], float]:
     return plan, carry
 
 
-class FoldedRadialMLP(torch.nn.Module):
+class FoldedRadialMLP(Adopting):
     """An e3nn FullyConnectedNet computed with its constants folded into the weights. It adopts
     the net's layers under the same names (state_dict unchanged); `restore()` gives it back.
 
@@ -44,12 +46,10 @@ class FoldedRadialMLP(torch.nn.Module):
     """
 
     def __init__(self, fc: FullyConnectedNet, factored: bool = False) -> None:
-        super().__init__()
-        self.plan, self.carry = _plan(fc)
+        plan, carry = _plan(fc)
+        super().__init__(fc)
+        self.plan, self.carry = plan, carry
         self.hs = list(fc.hs)
-        for name, layer in fc.named_children():
-            self.add_module(name, layer)
-        self.__dict__["_original"] = fc  # not a submodule: not in state_dict or .modules()
         self.factored = False
         if factored:
             self.factor()
@@ -80,19 +80,13 @@ class FoldedRadialMLP(torch.nn.Module):
 
     def __reduce__(self) -> tuple:
         """Pickle as the e3nn net and fold it again on load."""
-        return _folded, (self._net(), self.training, self.factored)
+        return _folded, (Adopting.restore(self), self.training, self.factored)
 
     def restore(self) -> FullyConnectedNet:
         """The original FullyConnectedNet, holding this module's current layers (this module
         returns whole weights again)."""
         self.factored = False
-        return self._net()
-
-    def _net(self) -> FullyConnectedNet:
-        fc = self._original
-        for name, child in self.named_children():
-            fc._modules[name] = child
-        return fc
+        return super().restore()
 
 
 def _folded(fc: FullyConnectedNet, training: bool, factored: bool = False) -> FoldedRadialMLP:
@@ -110,17 +104,11 @@ def fold_radial_mlps(model: torch.nn.Module) -> int:
     """Swap FoldedRadialMLP into every interaction block whose radial MLP is e3nn's
     FullyConnectedNet (other radial networks are left as they are), in place; returns how many
     are folded."""
-    folded = 0
-    for block in _blocks(model):
-        if type(block.conv_tp_weights) is FullyConnectedNet:
-            block.conv_tp_weights = FoldedRadialMLP(block.conv_tp_weights)
-        folded += isinstance(block.conv_tp_weights, FoldedRadialMLP)
-    return folded
+    return swap_in(_blocks(model), "conv_tp_weights", FoldedRadialMLP,
+                   lambda mlp: type(mlp) is FullyConnectedNet)
 
 
 def unfold_radial_mlps(model: torch.nn.Module) -> torch.nn.Module:
     """Put the original FullyConnectedNets back (the inverse of `fold_radial_mlps`), in place."""
-    for block in _blocks(model):
-        if isinstance(block.conv_tp_weights, FoldedRadialMLP):
-            block.conv_tp_weights = block.conv_tp_weights.restore()
+    swap_out(_blocks(model), "conv_tp_weights", FoldedRadialMLP)
     return model

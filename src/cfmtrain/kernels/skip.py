@@ -16,6 +16,8 @@ from math import sqrt
 import torch
 from e3nn import o3
 
+from cfmtrain.kernels.adopt import Adopting, swap_in, swap_out
+
 
 def _fusable(tp: torch.nn.Module) -> bool:
     """An e3nn TensorProduct with internal shared weights, scalar second input (the one-hot
@@ -31,28 +33,21 @@ def _one_hot(attrs: torch.Tensor) -> bool:
     return bool(((attrs == 0) | (attrs == 1)).all()) and bool((attrs.sum(1) == 1).all())
 
 
-class FusedSkipTP(torch.nn.Module):
+class FusedSkipTP(Adopting):
     """Drop-in `skip_tp` (node features, one-hot attributes) -> features; it adopts the
     TensorProduct's parameters and buffers under the same names (state_dict unchanged), and
     `restore()` gives the TensorProduct back."""
 
     def __init__(self, tp: o3.TensorProduct) -> None:
-        super().__init__()
         if not _fusable(tp):
             raise TypeError(f"FusedSkipTP: need internal shared 'uvw' weights and scalar "
                             f"attributes, got {tp}")
+        super().__init__(tp)
         self.irreps_in1, self.irreps_out = tp.irreps_in1, tp.irreps_out
-        for name, child in tp.named_children():
-            self.add_module(name, child)
-        for name, param in tp.named_parameters(recurse=False):
-            self.register_parameter(name, param)
-        for name, buf in tp.named_buffers(recurse=False):
-            self.register_buffer(name, buf, persistent=name not in tp._non_persistent_buffers_set)
         # per path: input block, output block, constant (e3nn's path weight and 1/sqrt(dim))
         self.paths = [(ins.i_in1, ins.i_out,
                        ins.path_weight / sqrt(tp.irreps_out[ins.i_out].ir.dim))
                       for ins in tp.instructions]
-        self.__dict__["_original"] = tp  # not a submodule: not in state_dict or .modules()
 
     def forward(self, x: torch.Tensor, attrs: torch.Tensor) -> torch.Tensor:
         if attrs.requires_grad or not _one_hot(attrs):
@@ -79,44 +74,13 @@ class FusedSkipTP(torch.nn.Module):
         result = torch.cat(full, dim=1) if len(full) > 1 else full[0]
         return result.index_select(0, order.argsort())
 
-    def __reduce__(self) -> tuple:
-        """Pickle as the e3nn TensorProduct (its own save logic) and swap this in on load."""
-        return _fused_skip, (self.restore(), self.training)
-
-    def restore(self) -> o3.TensorProduct:
-        """The original TensorProduct, holding this module's current parameters and buffers."""
-        tp = self._original
-        for name in list(tp._parameters):
-            tp._parameters[name] = self._parameters[name]
-        for name in list(tp._buffers):
-            tp._buffers[name] = self._buffers[name]
-        for name, child in self.named_children():
-            tp._modules[name] = child
-        return tp
-
-
-def _fused_skip(tp: o3.TensorProduct, training: bool) -> FusedSkipTP:
-    """Unpickles a FusedSkipTP (see its `__reduce__`)."""
-    module = FusedSkipTP(tp)
-    module.training = training
-    return module
-
-
 def fuse_skips(model: torch.nn.Module) -> int:
     """Swap FusedSkipTP into every interaction block whose `skip_tp` is e3nn's fully connected
     tensor product with the element attributes, in place; returns how many are fused."""
-    fused = 0
-    for block in model.modules():
-        original = getattr(block, "skip_tp", None)
-        if original is not None and not isinstance(original, FusedSkipTP) and _fusable(original):
-            block.skip_tp = FusedSkipTP(original)
-        fused += isinstance(getattr(block, "skip_tp", None), FusedSkipTP)
-    return fused
+    return swap_in(list(model.modules()), "skip_tp", FusedSkipTP, _fusable)
 
 
 def unfuse_skips(model: torch.nn.Module) -> torch.nn.Module:
     """Put e3nn's TensorProducts back (the inverse of `fuse_skips`), in place."""
-    for block in model.modules():
-        if isinstance(getattr(block, "skip_tp", None), FusedSkipTP):
-            block.skip_tp = block.skip_tp.restore()
+    swap_out(list(model.modules()), "skip_tp", FusedSkipTP)
     return model
