@@ -175,7 +175,7 @@ def conv_edge(x: torch.Tensor, attr: torch.Tensor, weight: torch.Tensor, grad: t
     return _OPS.channelwise_conv_edge(
         x.contiguous(), attr.contiguous(), weight.contiguous(), grad.contiguous(),
         None if basis is None else basis.contiguous(), *graph, *desc.args(), need_attr,
-        need_weight, need_basis and basis is not None)
+        need_weight, need_basis)
 
 
 def channelwise_conv(node_feats: torch.Tensor, edge_attrs: torch.Tensor, tp_weights: torch.Tensor,
@@ -249,7 +249,7 @@ def _gather_backward(ctx, grad):
             gy, gw, gb = conv_edge(x, y, w, g, ctx.graph, ctx.desc, need[k], need[k + 1], b,
                                    need[kb])
             d[k], d[k + 1] = (gy if need[k] else None), (gw if need[k + 1] else None)
-            d[kb] = gb if b is not None and need[kb] else None
+            d[kb] = gb if need[kb] else None  # never asked for a None basis
     return tuple(d)
 
 
@@ -286,12 +286,12 @@ def _edge_backward(ctx, a_attr, a_weight, a_basis):
     if first is not None and (need[2] or need[4]):  # d weight, d basis with a_attr in the attr slot
         _, gw, gb = conv_edge(x, a_attr, weight, g, ctx.graph, ctx.desc, False, need[2], basis,
                               need[4])
-        d[2], d[4] = (gw if need[2] else None), (gb if need[4] and basis is not None else None)
+        d[2], d[4] = (gw if need[2] else None), (gb if need[4] else None)
     if second is not None:
         # d attr: the second form's attribute slot; factored, its weight slot's gradient gives
         # d weight through a_basis and its basis slot's gives d basis through a_weight.
         want_w = bool(need[2] and a_basis is not None)
-        want_b = bool(need[4] and a_weight is not None and basis is not None)
+        want_b = bool(need[4] and a_weight is not None)
         if need[1] or want_w or want_b:
             gy, gw, gb = conv_edge(x, *second[:2], g, ctx.graph, ctx.desc, need[1], want_w,
                                    second[2], want_b)

@@ -14,6 +14,7 @@ import torch
 from e3nn import o3
 
 from cfmtrain.kernels.adopt import Adopting, swap_in, swap_out
+from cfmtrain.kernels.conv import _interaction_blocks
 
 
 def _fusable(linear: torch.nn.Module) -> bool:
@@ -54,10 +55,6 @@ class FusedLinear(Adopting):
             outs.append(torch.einsum("zui,uw->zwi", xs, w).reshape(x.shape[0], -1))
         out = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]
         return out.reshape(*rows, self.irreps_out.dim)
-
-def _interaction_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
-    return [m for m in model.modules() if hasattr(m, "conv_tp") and hasattr(m, "linear")]
-
 
 def fuse_linears(model: torch.nn.Module) -> int:
     """Swap FusedLinear in for every interaction block's message `linear` that is an e3nn Linear

@@ -17,6 +17,7 @@ import torch
 from e3nn import o3
 
 from cfmtrain.kernels.adopt import Adopting, swap_in, swap_out
+from cfmtrain.kernels.conv import _interaction_blocks
 
 
 def _fusable(tp: torch.nn.Module) -> bool:
@@ -77,10 +78,10 @@ class FusedSkipTP(Adopting):
 def fuse_skips(model: torch.nn.Module) -> int:
     """Swap FusedSkipTP into every interaction block whose `skip_tp` is e3nn's fully connected
     tensor product with the element attributes, in place; returns how many are fused."""
-    return swap_in(list(model.modules()), "skip_tp", FusedSkipTP, _fusable)
+    return swap_in(_interaction_blocks(model), "skip_tp", FusedSkipTP, _fusable)
 
 
 def unfuse_skips(model: torch.nn.Module) -> torch.nn.Module:
     """Put e3nn's TensorProducts back (the inverse of `fuse_skips`), in place."""
-    swap_out(list(model.modules()), "skip_tp", FusedSkipTP)
+    swap_out(_interaction_blocks(model), "skip_tp", FusedSkipTP)
     return model
