@@ -158,6 +158,13 @@ def test_bad_inputs_raise_naming_the_argument(float64_default):
         f(x, y, w[:, :-1])
     with pytest.raises(RuntimeError, match="edge_attr must be Double"):
         f(x, y.float(), w)
+    hidden, basis = torch.randn(2, 3), torch.randn(3, tp.weight_numel)
+    with pytest.raises(RuntimeError, match="basis must have"):
+        channelwise_conv(x, y, hidden, conv_graph(edge_index, 2), conv_descriptor(tp),
+                         basis[:, :-1])
+    with pytest.raises(RuntimeError, match="edge_weight must have 3 columns"):
+        channelwise_conv(x, y, hidden[:, :2], conv_graph(edge_index, 2), conv_descriptor(tp),
+                         basis)
     with pytest.raises(ValueError, match="edge_index has node ids outside"):
         conv_graph(torch.tensor([[0, 5], [1, 0]]), 2)
     with pytest.raises(ValueError, match="edge_index must have shape"):
