@@ -24,7 +24,7 @@ STATEMENTS = [
     "from cfmtrain.graphs import GraphStore",
     "import cfmtrain.data.validate",
     "from cfmtrain.train.loop import train_step",
-    "import cfmtrain.bench.flops",  # imports e3nn without mace
+    "import cfmtrain.bench.flops",
     "import cfmtrain; from e3nn import o3; o3.wigner_3j(1, 1, 2)",
     "from cfmtrain.kernels import fuse_model; import mace; from mace import modules",
     "import mace; from cfmtrain.kernels import fuse_model",

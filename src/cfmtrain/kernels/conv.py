@@ -15,6 +15,7 @@ from typing import NamedTuple
 import torch
 from e3nn import o3
 from torch.autograd.graph import get_gradient_edge
+from torch.utils.flop_counter import register_flop_formula
 
 from cfmtrain.kernels.adopt import Adopting
 from cfmtrain.kernels.backend import load_ops
@@ -206,6 +207,54 @@ def _edge_fake(x, attr, weight, grad, basis, sender, receiver, recv_rowptr, recv
     return (attr.new_empty(attr.shape if need_attr else (0,)),
             weight.new_empty(weight.shape if need_weight else (0,)),
             weight.new_empty(basis.shape if need_basis else (0,)))
+
+
+def _path_sizes(paths: torch.Tensor, transpose: bool = False) -> tuple[torch.Tensor, ...]:
+    """Per path (descriptor columns, see ConvDescriptor): channels, gathered and accumulated
+    irrep dimensions (swapped by `transpose`), attribute dimension, CG terms."""
+    x_dim, o_dim = paths[:, 2], paths[:, 7]
+    d_in, d_out = (o_dim, x_dim) if transpose else (x_dim, o_dim)
+    return paths[:, 0], d_in, d_out, paths[:, 4], paths[:, 9] - paths[:, 8]
+
+
+@register_flop_formula(_OPS.channelwise_conv_gather, get_raw=True)
+def _gather_flops(src, attr, weight, attr2, weight2, basis, basis2, sender, receiver, recv_rowptr,
+                  recv_perm, send_rowptr, send_perm, paths, terms, coeffs, dims, transpose,
+                  out_val=None) -> int:
+    """FLOPs the gather kernel executes (torch.utils.flop_counter), per edge and (attr, weight)
+    pair: per path the edge's matrix M = C . y (2 per CG term), the source row times the weight
+    (in x channels) and M applied to it (2 in out channels); a factored pair forms its weight
+    row (2 K w_dim)."""
+    mul, d_in, d_out, _, n_terms = _path_sizes(paths, transpose)
+    per_edge = int((2 * n_terms + d_in * mul + 2 * d_in * d_out * mul).sum())
+    total = 0
+    for w, b in ((weight, basis), (weight2, basis2)):
+        if w is not None:
+            total += per_edge + (2 * b.shape[0] * b.shape[1] if b is not None else 0)
+    return sender.numel() * total
+
+
+@register_flop_formula(_OPS.channelwise_conv_edge, get_raw=True)
+def _edge_flops(x, attr, weight, grad, basis, sender, receiver, recv_rowptr, recv_perm,
+                send_rowptr, send_perm, paths, terms, coeffs, dims, need_attr, need_weight,
+                need_basis, out_val=None) -> int:
+    """FLOPs the edge kernel executes (torch.utils.flop_counter): per receiver with edges, the
+    cotangent contracted with the CG terms (2 per term and channel); per edge and path
+    P_j = sum_a x_a H[a][j] (2 in y_dim channels), then y_j P_j into the weight gradient and
+    <P_j, w> into the attribute gradient (2 y_dim channels each); a factored weight costs
+    2 K w_dim per edge for each of: the weight row (attribute gradient), its gradient contracted
+    into dH, the per-edge sum into dB."""
+    factored = basis is not None
+    need_basis = need_basis and factored
+    if not (need_attr or need_weight or need_basis):
+        return 0
+    mul, d_in, _, y_dim, n_terms = _path_sizes(paths)
+    receivers = int((recv_rowptr[1:] > recv_rowptr[:-1]).sum())
+    need_gw = need_weight or need_basis
+    per_edge = int((2 * d_in * y_dim * mul + (need_gw + need_attr) * 2 * y_dim * mul).sum())
+    if factored:
+        per_edge += (need_attr + need_weight + need_basis) * 2 * basis.numel()
+    return receivers * int((2 * n_terms * mul).sum()) + sender.numel() * per_edge
 
 
 def _setup(ctx, inputs: tuple, num_tensors: int) -> None:

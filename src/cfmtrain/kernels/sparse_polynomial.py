@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
+from torch.utils.flop_counter import register_flop_formula
 
 from cfmtrain.kernels.backend import load_ops
 
@@ -219,11 +220,19 @@ def _make_backward(next_op) -> callable:
     return backward
 
 
+def _flops(operands, operand_per_elem, elem, term_out, term_coeff, factor_ptr, factor_op,
+           factor_comp, num_out, num_rows, num_elems, out_per_elem, desc_id, out_val=None) -> int:
+    """FLOPs the kernel executes (torch.utils.flop_counter): per row and channel, one multiply
+    per factor (the coefficient rides on the first) and one add per term."""
+    return int(num_rows) * int(operands[0].shape[2]) * (factor_op.numel() + term_out.numel())
+
+
 for _name, _op in (("sparse_polynomial", _FORWARD), ("sparse_polynomial_backward", _BACKWARD),
                    ("sparse_polynomial_double_backward", _DOUBLE_BACKWARD)):
     torch.library.register_fake(f"cfmtrain::{_name}")(_fake)
     torch.library.register_autograd(f"cfmtrain::{_name}", _make_backward(_NEXT_ORDER[_name]),
                                     setup_context=_setup_context)
+    register_flop_formula(_op, get_raw=True)(_flops)
 
 
 def merged_terms(items: Iterable[tuple[int, tuple[Factor, ...], float]]) -> dict:
