@@ -1,5 +1,5 @@
 """`cfmtrain bench kernels`: the harness end to end on tiny configurations (rows, speedups, same
-numbers, out-of-memory rows, matmul peak), its helpers, and the analytic FLOP counts."""
+numbers, out-of-memory rows, matmul peak) and its helpers (FLOP counts: test_flops.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import math
 
 import pandas as pd
 import pytest
-import torch
 
 from cfmtrain.bench import kernels
 
@@ -23,12 +22,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 @pytest.mark.slow
 def test_harness_end_to_end(tmp_path, monkeypatch):
-    """Tiny model, 8 atoms: fused and mace rows of the symmetric contraction in float64
-    (train_step, double backward) and of the whole model in float32 (forces; the fused one
+    """Tiny model, 8 atoms: fused and mace rows of the symmetric contraction and of the conv
+    (with the radial MLP's last layer) in float64 (train_step, double backward) and of the
+    whole model in float32 (forces; the fused one
     from the run's model cache), plus one configuration far too big for a 2.5 GiB address
     space. (GFLOP/s of op rows: test_add_speedups_and_differences.)"""
     monkeypatch.setitem(kernels.PRESETS, "test", {"reps": 5, "matrices": [
-        {"ops": (SC,), "models": ("tiny",), "impls": ("fused", "mace"), "atoms": (8,),
+        {"ops": (SC, "conv"), "models": ("tiny",), "impls": ("fused", "mace"), "atoms": (8,),
          "dtypes": ("float64",), "passes": ("train_step",), "cg": ("original",)},
         {"ops": ("model",), "models": ("tiny",), "impls": ("mace", "fused"), "atoms": (8,),
          "dtypes": ("float32",), "passes": ("forward_backward",), "cg": ("original",)},
@@ -40,7 +40,7 @@ def test_harness_end_to_end(tmp_path, monkeypatch):
                    "--memory-limit-gb", "2.5", "--matmul-size", "512"])
     assert kernels.run(args) == 0
     rows = pd.read_csv(csv)
-    assert len(rows) == 2 + 5 and png.stat().st_size > 0
+    assert len(rows) == 2 + 7 and png.stat().st_size > 0
     big = rows[rows["atoms"] == 2000]
     assert list(big["status"]) == ["oom"]
     rows = rows[rows["atoms"] != 2000]
@@ -59,17 +59,12 @@ def test_harness_end_to_end(tmp_path, monkeypatch):
         tolerance = 1e-10 if dtype == "float64" else 1e-4
         assert 0 <= fused["max_rel_diff_vs_mace"] < tolerance, (op, dtype, kind)
         assert mace["max_rel_diff_vs_mace"] == 0
-        if op == "model":  # FLOPs are counted for the fused ops alone
-            assert math.isnan(fused["flops"]) and math.isnan(fused["gflop_s"])
-            continue
-        assert fused["flops"] == mace["flops"] > 0
-        if kind == "forward":
-            gflops = fused["flops"] / fused["median_s"] / 1e9
-            assert fused["gflop_s"] == pytest.approx(gflops)
-            assert fused["pct_of_matmul_peak"] == pytest.approx(
-                100 * gflops / peaks.loc[dtype, "gflop_s"])
-        else:
-            assert math.isnan(fused["gflop_s"])  # only forward passes are counted
+        # FLOPs are counted on the fused rows, every pass (mace-torch's e3nn ops have none)
+        assert fused["flops"] > 0 and math.isnan(mace["flops"]) and math.isnan(mace["gflop_s"])
+        gflops = fused["flops"] / fused["median_s"] / 1e9
+        assert fused["gflop_s"] == pytest.approx(gflops)
+        assert fused["pct_of_matmul_peak"] == pytest.approx(
+            100 * gflops / peaks.loc[dtype, "gflop_s"])
 
 
 def test_reps_below_five_refused(capsys):
@@ -107,13 +102,14 @@ def test_add_speedups_and_differences():
                 "fingerprint": prints, "flops": flops}
 
     rows = [row("matmul-peak", 0.1, {}, op="matmul", flops=4e10),
-            row("mace", 2.0, {"out": [10.0, 3.0], "g": [2.0, -1.0]}),
+            row("mace", 2.0, {"out": [10.0, 3.0], "g": [2.0, -1.0]}, flops=None),
             row("fused", 0.5, {"out": [10.0, 3.001], "g": [2.0, -1.0]}),
-            row("compile", 1.0, {"out": [10.0, 3.0]}),
-            row("fused", 0.5, {"out": [1.0, 1.0]}, kind="train_step"),
-            row("fused", 1.0, {}, op="conv", status="oom")]
+            row("compile", 1.0, {"out": [10.0, 3.0]}, flops=None),
+            row("fused", 0.5, {"out": [1.0, 1.0]}, kind="train_step", flops=None),
+            row("fused", 1.0, {}, op="conv", status="oom"),
+            row("fused", 0.25, {}, kind="train_step", flops=6e9)]
     kernels._add_speedups(rows)
-    peak, mace, fused, compiled, lone, oom = rows
+    peak, mace, fused, compiled, lone, oom, counted = rows
     assert peak["gflop_s"] == pytest.approx(400.0) and peak["pct_of_matmul_peak"] == 100
     assert fused["speedup_vs_mace"] == 4.0 and mace["speedup_vs_mace"] == 1.0
     assert fused["max_rel_diff_vs_mace"] == pytest.approx(1e-4)
@@ -123,50 +119,5 @@ def test_add_speedups_and_differences():
     assert fused["gflop_s"] == pytest.approx(4.0) and fused["pct_of_matmul_peak"] == 1.0
     assert math.isnan(lone["speedup_vs_mace"]) and math.isnan(lone["gflop_s"])
     assert math.isnan(oom["speedup_vs_mace"]) and math.isnan(oom["gflop_s"])
-
-
-@pytest.fixture(scope="module")
-def tiny_model():
-    from cfmtrain.bench.kernels_worker import paper_model
-
-    return paper_model(torch.float64, reduced_cg=False, size="tiny")
-
-
-def test_conv_flops_match_a_brute_force_count(tiny_model):
-    """Non-zeros of the dense bilinear map x (x) Y -> message of e3nn's own TensorProduct
-    (evaluated on basis vectors, unit weights) give the multiply-adds."""
-    from cfmtrain.bench.flops import conv_forward_flops
-
-    for block in tiny_model.interactions:
-        tp = block.conv_tp
-        nx, ny = tp.irreps_in1.dim, tp.irreps_in2.dim
-        x = torch.eye(nx, dtype=torch.float64).repeat_interleave(ny, 0)
-        y = torch.eye(ny, dtype=torch.float64).repeat(nx, 1)
-        dense = tp(x, y, torch.ones(nx * ny, tp.weight_numel, dtype=torch.float64))
-        nonzero = int((dense.abs() > 1e-12).sum())
-        weight_products = sum(tp.irreps_in1[i.i_in1].mul * tp.irreps_out[i.i_out].ir.dim
-                              for i in tp.instructions)
-        per_edge = 2 * nonzero + weight_products + tp.irreps_out.dim
-        assert conv_forward_flops(tp, 7) == 7 * per_edge
-
-
-def test_symmetric_contraction_flops_match_a_brute_force_count(tiny_model):
-    """Non-zeros of mace's dense generalized CG tensors, rebuilt by mace for the tiny model."""
-    from e3nn import o3
-    from mace.tools.cg import U_matrix_real
-
-    from cfmtrain.bench.flops import symmetric_contraction_forward_flops
-
-    for product in tiny_model.products:
-        sc = product.symmetric_contractions
-        expected = 0
-        for contraction, (mul, ir) in zip(sc.contractions, sc.irreps_out, strict=True):
-            for nu in range(1, contraction.correlation + 1):
-                u = U_matrix_real(irreps_in=o3.Irreps(str(contraction.coupling_irreps)),
-                                  irreps_out=o3.Irreps(str(ir)), correlation=nu,
-                                  dtype=torch.float64, use_cueq_cg=False)[-1]
-                assert torch.equal(u, contraction.U_tensors(nu))
-                nonzero = sum(1 for value in u.reshape(-1).tolist() if abs(value) > 1e-12)
-                expected += 2 * nonzero * mul
-        assert expected > 0
-        assert symmetric_contraction_forward_flops(sc, 5) == 5 * expected
+    assert math.isnan(mace["gflop_s"])  # no count: no rate
+    assert counted["gflop_s"] == pytest.approx(24.0) and counted["pct_of_matmul_peak"] == 6.0

@@ -4,8 +4,8 @@ mace-torch (e3nn path) and torch.compile of it.
 Each configuration (op, implementation, atoms, dtype, pass) runs in its own subprocess; its peak
 memory is the child's ru_maxrss, and a child that runs out of memory or crashes is recorded so.
 Rows also carry the largest relative difference of what was computed from mace-torch's row, and
-for forward rows the GFLOP/s of the op's analytic FLOPs (bench/flops.py) against a matmul peak
-measured in the same run (rows with impl "matmul-peak").
+for the fused rows (every pass) the GFLOP/s of the FLOPs the step executes (bench/flops.py)
+against a matmul peak measured in the same run (rows with impl "matmul-peak").
 """
 
 from __future__ import annotations
@@ -190,7 +190,8 @@ def _rel_diff(row: dict, ref: dict) -> float:
 def _add_speedups(rows: list[dict]) -> None:
     """Against mace-torch's row of the same model, op, CG basis, size, dtype and pass: speedup
     (its median / this median) and max_rel_diff_vs_mace (of the computed results); gflop_s of
-    the forward rows with a FLOP count, and pct_of_matmul_peak (this run's peak of the dtype)."""
+    the rows with a FLOP count (the fused ones, every pass), and pct_of_matmul_peak (this run's
+    peak of the dtype)."""
     key = ("op", "model", "cg", "atoms", "dtype", "pass")
     ok = [r for r in rows if r.get("status") == "ok"]
     mace = {tuple(r.get(k) for k in key): r for r in ok if r["impl"] == "mace"}
@@ -199,9 +200,7 @@ def _add_speedups(rows: list[dict]) -> None:
         good = r.get("status") == "ok" and ref is not None
         r["speedup_vs_mace"] = ref["median_s"] / r["median_s"] if good else float("nan")
         r["max_rel_diff_vs_mace"] = _rel_diff(r, ref) if good else float("nan")
-        if ref is not None and r.get("flops") is None:
-            r["flops"] = ref.get("flops")  # the same op on the same batch
-        flops = r.get("flops") if r.get("status") == "ok" and r["pass"] == "forward" else None
+        flops = r.get("flops") if r.get("status") == "ok" else None
         r["gflop_s"] = flops / r["median_s"] / 1e9 if flops else float("nan")
     peak = {r["dtype"]: r["gflop_s"] for r in ok if r["impl"] == "matmul-peak"}
     for r in rows:

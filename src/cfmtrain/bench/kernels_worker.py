@@ -3,7 +3,8 @@
 The paper-size model (128x0e+128x1o, lmax 3, correlation 3, 2 layers, 8 Bessel, r_max 4.5) on a
 rattled fcc Cu80Ni20 supercell (~39 neighbours per atom), or a tiny one to test the harness;
 prints one JSON line of results, with a fingerprint of what the first call computed from seeded
-inputs (to compare implementations) and the forward FLOPs of the op (bench/flops.py).
+inputs (to compare implementations) and, for the fused ops, the FLOPs one step executes
+(bench/flops.py).
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ def contraction_pass(modules: list, x0: torch.Tensor, y: torch.Tensor, kind: str
 
 
 def conv_pass(convs: list, inputs: list, kind: str) -> Step:
-    """Both layers' convs; train_step = force-like double backward through x, Y and W."""
+    """Both layers' convs; train_step = force-like double backward through x, Y and H."""
     def step(record: bool = False) -> dict | None:
         if kind == "forward":
             with torch.no_grad():
@@ -193,19 +194,23 @@ def conv_pass(convs: list, inputs: list, kind: str) -> Step:
             (energy + sum(g.pow(2).sum() for g in grads)).backward()
         if not record:
             return None
-        names = [f"{n}{i}_grad" for i in range(len(leaves)) for n in ("x", "attrs", "weights")]
+        names = [f"{n}{i}_grad" for i in range(len(leaves)) for n in ("x", "attrs", "hidden")]
         return {**{f"out{i}": o for i, o in enumerate(outs)},
                 **{n: t.grad for n, t in zip(names, flat, strict=True)}}
     return step
 
 
 def conv_setup(model: torch.nn.Module, batch: dict, impl: str) -> tuple[list, list]:
-    """Each interaction block's conv as a callable (x, Y, W) -> messages, and its inputs:
-    random features and radial weights, spherical harmonics of the batch's edge vectors."""
+    """Each interaction block's conv as the fused model runs it, a callable (x, Y, H) ->
+    messages with weights H @ B (B: the radial MLP's last layer, constants folded in; a
+    parameter), and its inputs: random features and hidden radial activations H, spherical
+    harmonics of the batch's edge vectors. Fused: the weight rows are formed inside the kernels;
+    mace-torch: one matmul, then e3nn's TensorProduct and the scatter."""
     from mace.modules.utils import get_edge_vectors_and_lengths
     from mace.tools.scatter import scatter_sum
 
     from cfmtrain.kernels.conv import FusedChannelwiseConv
+    from cfmtrain.kernels.radial import FoldedRadialMLP
 
     edge_index = batch["edge_index"]
     vectors, _ = get_edge_vectors_and_lengths(batch["positions"], edge_index, batch["shifts"])
@@ -214,17 +219,19 @@ def conv_setup(model: torch.nn.Module, batch: dict, impl: str) -> tuple[list, li
     num_nodes, num_edges = batch["positions"].shape[0], edge_index.shape[1]
     convs, inputs = [], []
     for block in model.interactions:
-        tp = block.conv_tp
+        tp, radial = block.conv_tp, FoldedRadialMLP(block.conv_tp_weights, factored=True)
+        hidden = radial.basis().shape[0]
         x = torch.randn(num_nodes, tp.irreps_in1.dim, generator=gen).to(attrs.dtype)
-        w = torch.randn(num_edges, tp.weight_numel, generator=gen).to(attrs.dtype)
-        inputs.append([x, attrs, w])
+        h = torch.randn(num_edges, hidden, generator=gen).to(attrs.dtype)
+        inputs.append([x, attrs, h])
         if impl == "fused":
             fused = FusedChannelwiseConv(tp)
-            convs.append(lambda x, y, w, f=fused: f(x, y, w, edge_index))
+            fused.factor_weights(radial)
+            convs.append(lambda x, y, h, f=fused: f(x, y, h, edge_index))
             continue
 
-        def mace_conv(x, y, w, tp=tp):
-            messages = tp(x[edge_index[0]], y, w)
+        def mace_conv(x, y, h, tp=tp, radial=radial):
+            messages = tp(x[edge_index[0]], y, h @ radial.basis())
             return scatter_sum(src=messages, index=edge_index[1], dim=0, dim_size=x.shape[0])
         convs.append(torch.compile(mace_conv) if impl == "compile" else mace_conv)
     return convs, inputs
@@ -250,9 +257,7 @@ def setup_model(config: dict, model: torch.nn.Module, batch: dict) -> tuple[Step
 
 
 def setup_contraction(config: dict, model: torch.nn.Module, batch: dict) -> tuple[Step, dict]:
-    """Both symmetric contractions' step, on seeded random features of the model's shape.
-    (torch.compile's model has them fx-traced, without irreps: its FLOPs are mace's row's.)"""
-    from cfmtrain.bench.flops import symmetric_contraction_forward_flops
+    """Both symmetric contractions' step, on seeded random features of the model's shape."""
     from cfmtrain.train.config import ModelConfig
 
     modules = [p.symmetric_contractions for p in model.products]
@@ -267,8 +272,6 @@ def setup_contraction(config: dict, model: torch.nn.Module, batch: dict) -> tupl
     elif config["impl"] == "compile":
         modules = [torch.compile(m) for m in modules]
         facts["backend"] = "torch.compile"
-    if config["impl"] != "compile":
-        facts["flops"] = sum(symmetric_contraction_forward_flops(m, num_nodes) for m in modules)
     cfg = ModelConfig(**MODELS[config.get("model", "paper")])
     channels = o3.Irreps(cfg.hidden_irreps)[0].mul
     gen = torch.Generator().manual_seed(0)
@@ -279,9 +282,7 @@ def setup_contraction(config: dict, model: torch.nn.Module, batch: dict) -> tupl
 
 
 def setup(config: dict) -> tuple[Step, dict]:
-    """The timed step for `config` and facts about it (edges, backend, forward FLOPs)."""
-    from cfmtrain.bench.flops import conv_forward_flops
-
+    """The timed step for `config` and facts about it (edges, backend)."""
     if config["op"] == "matmul":
         return setup_matmul(config)
     dtype, impl = getattr(torch, config["dtype"]), config["impl"]
@@ -297,9 +298,7 @@ def setup(config: dict) -> tuple[Step, dict]:
     elif config["op"] == "conv":
         convs, inputs = conv_setup(model, batch, impl)
         step = conv_pass(convs, inputs, config["pass"])
-        more = {"backend": {"fused": "cpu-fused", "compile": "torch.compile"}.get(impl, "e3nn"),
-                "flops": sum(conv_forward_flops(b.conv_tp, facts["edges"])
-                             for b in model.interactions)}
+        more = {"backend": {"fused": "cpu-fused", "compile": "torch.compile"}.get(impl, "e3nn")}
     else:
         step, more = setup_contraction(config, model, batch)
     return step, {**facts, **more}
@@ -346,6 +345,10 @@ def main(config: dict) -> int:
         step, facts = setup(config)
         result.update(facts)
         result.update(time_step(step, config["reps"]))
+        if config["impl"] == "fused":  # counted on one more, untimed, call
+            from cfmtrain.bench.flops import count_flops
+
+            result["flops"] = count_flops(lambda: step(False))
         result["status"] = "ok"
     except Exception as error:  # any failure is a result of the benchmark, recorded as such
         text = f"{type(error).__name__}: {error}"
