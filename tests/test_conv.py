@@ -188,11 +188,20 @@ def test_opcheck_schemas_fake_and_autograd_registrations(float64_default):
                                        False)),
         (ops.channelwise_conv_gather, (g, y, h, y, h2, b, b2, *graph, *desc.args(), True)),
         (ops.channelwise_conv_gather, (g, y, w, y, h2, None, b2, *graph, *desc.args(), True)),
-        (ops.channelwise_conv_edge, (x, y, w, g, None, *graph, *desc.args(), True, True, False)),
-        (ops.channelwise_conv_edge, (x, y, w, g, None, *graph, *desc.args(), False, True,
+        (ops.channelwise_conv_edge, (x, y, w, g, None, *graph, *desc.args(), True, True, False,
                                      False)),
-        (ops.channelwise_conv_edge, (x, y, h, g, b, *graph, *desc.args(), True, True, True)),
-        (ops.channelwise_conv_edge, (x, y, h, g, b, *graph, *desc.args(), False, False, True)),
+        (ops.channelwise_conv_edge, (x, y, w, g, None, *graph, *desc.args(), False, True,
+                                     False, False)),
+        (ops.channelwise_conv_edge, (x, y, h, g, b, *graph, *desc.args(), True, True, True,
+                                     False)),
+        (ops.channelwise_conv_edge, (x, y, h, g, b, *graph, *desc.args(), False, False, True,
+                                     False)),
+        (ops.channelwise_conv_edge, (x, y, w, g, None, *graph, *desc.args(), True, True, False,
+                                     True)),
+        (ops.channelwise_conv_edge, (x, y, h, g, b, *graph, *desc.args(), True, False, True,
+                                     True)),
+        (ops.channelwise_conv_edge, (x, y, h, g, b, *graph, *desc.args(), False, False, False,
+                                     True)),
     ):
         torch.library.opcheck(op.default, args)
 
@@ -449,9 +458,9 @@ def test_ops_gradcheck_to_third_order(float64_default, transpose, factored):
         return conv_gather(src, y, w, graph, desc, transpose, y2, w2, *((b, b2) if factored
                                                                         else ()))
 
-    def edge(x, y, w, g, b):
+    def edge(x, y, w, g, b):  # every output, the sender gradient (transposed gather) included
         return conv_edge(x, y, w, g, graph, desc, basis=b if factored else None,
-                         need_basis=True)
+                         need_basis=True, need_x=True)
 
     for f, inputs in ((gather2, (src, y, w, y2, w2, b, b2)), (edge, (x, y, w, g, b))):
         assert torch.autograd.gradcheck(f, inputs, fast_mode=True)

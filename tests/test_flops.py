@@ -59,10 +59,14 @@ def gather_per_edge(tp: TensorProduct, transpose: bool = False) -> int:
     return total
 
 
-def edge_count(tp: TensorProduct, need_attr: bool, need_weight: bool) -> int:
+def edge_count(tp: TensorProduct, need_attr: bool, need_weight: bool, need_x: bool) -> int:
+    """H = C . g per receiver (2 per 3j non-zero and channel); per edge P_j = sum_a x_a H[a][j]
+    (2 d_x d_y per channel) for y or w, then 2 d_y each for y and w; for x, Q_a = sum_j y_j
+    H[a][j] and w Q_a (2 d_x (d_y + 1))."""
     receivers = len(set(EDGES[1].tolist()))
     per_receiver = sum(2 * nonzero * mul for mul, _, _, _, nonzero in paths(tp))
-    per_edge = sum(2 * d_x * d_y * mul + 2 * (need_attr + need_weight) * d_y * mul
+    per_edge = sum((need_attr or need_weight) * 2 * d_x * d_y * mul
+                   + 2 * (need_attr + need_weight) * d_y * mul + need_x * 2 * d_x * (d_y + 1) * mul
                    for mul, d_x, d_y, _, _ in paths(tp))
     return receivers * per_receiver + EDGES.shape[1] * per_edge
 
@@ -81,8 +85,8 @@ def test_conv_forward_counts_the_kernel_work_per_edge(tp):
 
 @pytest.mark.parametrize("wanted", ["x", "y", "w", "xyw"])
 def test_conv_backward_counts_only_the_gradients_asked(tp, wanted):
-    """A backward asks the transposed gather for x and the edge op for y and w: each count is
-    the one of the slots computed."""
+    """A backward asks the transposed gather for x alone and the edge op for y and w (and x
+    with them, in the same pass): each count is the one of the slots computed."""
     desc, graph = conv_descriptor(tp), conv_graph(EDGES, NODES)
     tensors = dict(zip("xyw", inputs(tp), strict=True))
     for name in wanted:
@@ -90,29 +94,28 @@ def test_conv_backward_counts_only_the_gradients_asked(tp, wanted):
     out = channelwise_conv(tensors["x"], tensors["y"], tensors["w"], graph, desc)
     with FlopCount() as counter:
         out.backward(torch.ones_like(out))
-    edges = EDGES.shape[1]
-    gather = edges * gather_per_edge(tp, transpose=True) if "x" in wanted else 0
     need_attr, need_weight = "y" in wanted, "w" in wanted
-    edge = edge_count(tp, need_attr, need_weight) if need_attr or need_weight else 0
+    alone = wanted == "x"
+    gather = EDGES.shape[1] * gather_per_edge(tp, transpose=True) if alone else 0
+    edge = 0 if alone else edge_count(tp, need_attr, need_weight, "x" in wanted)
     assert counter.per_op.get("cfmtrain.channelwise_conv_gather", 0) == gather
     assert counter.per_op.get("cfmtrain.channelwise_conv_edge", 0) == edge
     assert counter.total == gather + edge > 0
 
 
 def test_factored_edge_counts_each_weight_matmul(tp):
-    """Factored weights: the weight row for y, dH = gW B^T for H, dB = H^T gW for B, each
-    2 K w_dim per edge on top of the stored-weight count."""
+    """Factored weights: the weight row for y and x (formed once for both), dH = gW B^T for H,
+    dB = H^T gW for B, each 2 K w_dim per edge on top of the stored-weight count."""
     desc, graph = conv_descriptor(tp), conv_graph(EDGES, NODES)
-    x, y, h = inputs(tp, hidden=4)
+    x, y, h = (t.requires_grad_(True) for t in inputs(tp, hidden=4))
     basis = torch.randn(4, tp.weight_numel, dtype=torch.float64, requires_grad=True)
-    y.requires_grad_(True)
-    h.requires_grad_(True)
     out = channelwise_conv(x, y, h, graph, desc, basis)
     with FlopCount() as counter:
         out.backward(torch.ones_like(out))
     matmul = EDGES.shape[1] * 2 * basis.numel()
     assert counter.per_op["cfmtrain.channelwise_conv_edge"] == \
-        edge_count(tp, True, True) + 3 * matmul
+        edge_count(tp, True, True, True) + 3 * matmul
+    assert "cfmtrain.channelwise_conv_gather" not in counter.per_op  # x came from the edge pass
 
 
 def test_contraction_counts_every_derivative_order():

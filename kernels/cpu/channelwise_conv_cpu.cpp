@@ -39,7 +39,7 @@ struct Item {
 template <typename T>
 using GatherFn = void (*)(const Path<T>&, const Item<T>*, T*);
 template <typename T>
-using EdgeFn = void (*)(const Path<T>&, const T*, const T*, const T*, const T*, T*, T*);
+using EdgeFn = void (*)(const Path<T>&, const T*, const T*, const T*, const T*, T*, T*, T*);
 
 template <typename T>
 struct Path {
@@ -47,7 +47,7 @@ struct Path {
   std::vector<Term<T>> terms;
   int64_t h_off;  // offset of the path's H[a][j] block in the edge kernel's per-receiver scratch
   GatherFn<T> gather1, gather2, gather4;  // K = 1, 2, 4 items at once
-  EdgeFn<T> edge_y, edge_w, edge_yw;
+  EdgeFn<T> edge[8];  // by the outputs asked: attribute (1) | weight (2) | sender features (4)
 };
 
 // ---- SIMD helpers: a block of channels is NV registers of four AVX lanes (GCC vectors) --------
@@ -138,9 +138,11 @@ void gather_path(const Path<T>& p, const Item<T>* items, T* o) {
 }
 
 // The edge slots through H[a][j] = sum_b c_{a j b} g_b (per receiver): with P_j = sum_a x_a H[a][j],
-// gw = sum_j y_j P_j and gy_j = <P_j, w>.
-template <typename T, int IN, int J, bool NeedY, bool NeedW>
-void edge_path(const Path<T>& p, const T* h, const T* xs, const T* y, const T* w, T* gy, T* gw) {
+// gw = sum_j y_j P_j and gy_j = <P_j, w>; the sender's feature gradient (transposed gather) is
+// gx_a += w * Q_a with Q_a = sum_j y_j H[a][j], from the same H loads.
+template <typename T, int IN, int J, bool NeedY, bool NeedW, bool NeedX>
+void edge_path(const Path<T>& p, const T* h, const T* xs, const T* y, const T* w, T* gy, T* gw,
+               T* gx) {
   using VT = typename Simd<T>::V;
   const int64_t in = IN ? IN : p.in_dim, nj = J ? J : p.y_dim, mul = p.mul;
   const T* x = xs + p.in_off;
@@ -149,19 +151,25 @@ void edge_path(const Path<T>& p, const T* h, const T* xs, const T* y, const T* w
   T dots_tail[J ? J : kMaxDim] = {};
   for_channel_blocks<T, 2>(mul, [&]<typename V, int NV>(int64_t u0) {
     constexpr int64_t L = sizeof(V) / sizeof(T);
+    constexpr bool NeedP = NeedY || NeedW;
     V xa[IN ? IN : kMaxDim][NV], wv[NV], acc[NV] = {};
-    for (int64_t a = 0; a < in; ++a)
-      for (int n = 0; n < NV; ++n) xa[a][n] = load<V>(x + a * mul + u0 + n * L);
-    if constexpr (NeedY)
+    V qa[NeedX ? (IN ? IN : kMaxDim) : 1][NV] = {};
+    if constexpr (NeedP)
+      for (int64_t a = 0; a < in; ++a)
+        for (int n = 0; n < NV; ++n) xa[a][n] = load<V>(x + a * mul + u0 + n * L);
+    if constexpr (NeedY || NeedX)
       for (int n = 0; n < NV; ++n) wv[n] = load<V>(wp + u0 + n * L);
     for (int64_t j = 0; j < nj; ++j) {
       V pj[NV] = {};
+      const T yj = y[p.y_off + j];
       for (int64_t a = 0; a < in; ++a)
-        for (int n = 0; n < NV; ++n) pj[n] += xa[a][n] * load<V>(h + (a * nj + j) * mul + u0 + n * L);
-      if constexpr (NeedW) {
-        const T yj = y[p.y_off + j];
+        for (int n = 0; n < NV; ++n) {
+          const V hv = load<V>(h + (a * nj + j) * mul + u0 + n * L);
+          if constexpr (NeedP) pj[n] += xa[a][n] * hv;
+          if constexpr (NeedX) qa[a][n] += yj * hv;
+        }
+      if constexpr (NeedW)
         for (int n = 0; n < NV; ++n) acc[n] += yj * pj[n];
-      }
       if constexpr (NeedY) {
         if constexpr (std::is_same_v<V, T>) {
           dots_tail[j] += pj[0] * wv[0];
@@ -172,6 +180,12 @@ void edge_path(const Path<T>& p, const T* h, const T* xs, const T* y, const T* w
     }
     if constexpr (NeedW)
       for (int n = 0; n < NV; ++n) store(gw + p.w_off + u0 + n * L, acc[n]);
+    if constexpr (NeedX)
+      for (int64_t a = 0; a < in; ++a)
+        for (int n = 0; n < NV; ++n) {
+          T* dst = gx + p.in_off + a * mul + u0 + n * L;
+          store(dst, load<V>(dst) + wv[n] * qa[a][n]);
+        }
   });
   if constexpr (NeedY)
     for (int64_t j = 0; j < nj; ++j) gy[p.y_off + j] += lane_sum<T>(dots[j]) + dots_tail[j];
@@ -221,11 +235,11 @@ struct GatherK {
   };
 };
 
-template <typename T, bool Y, bool W>
+template <typename T, bool Y, bool W, bool X>
 struct EdgeK {
   template <int I, int O>
   struct K {
-    static constexpr EdgeFn<T> fn = &edge_path<T, I, O, Y, W>;
+    static constexpr EdgeFn<T> fn = &edge_path<T, I, O, Y, W, X>;
   };
 };
 
@@ -255,9 +269,14 @@ std::vector<Path<T>> load_paths(const Descriptor& desc, bool transpose) {
     path.gather1 = select_kernel<T, GatherK<T, 1>::template K>(in, out);
     path.gather2 = select_kernel<T, GatherK<T, 2>::template K>(in, out);
     path.gather4 = select_kernel<T, GatherK<T, 4>::template K>(in, out);
-    path.edge_y = select_kernel<T, EdgeK<T, true, false>::template K>(in, path.y_dim);
-    path.edge_w = select_kernel<T, EdgeK<T, false, true>::template K>(in, path.y_dim);
-    path.edge_yw = select_kernel<T, EdgeK<T, true, true>::template K>(in, path.y_dim);
+    path.edge[0] = nullptr;
+    path.edge[1] = select_kernel<T, EdgeK<T, true, false, false>::template K>(in, path.y_dim);
+    path.edge[2] = select_kernel<T, EdgeK<T, false, true, false>::template K>(in, path.y_dim);
+    path.edge[3] = select_kernel<T, EdgeK<T, true, true, false>::template K>(in, path.y_dim);
+    path.edge[4] = select_kernel<T, EdgeK<T, false, false, true>::template K>(in, path.y_dim);
+    path.edge[5] = select_kernel<T, EdgeK<T, true, false, true>::template K>(in, path.y_dim);
+    path.edge[6] = select_kernel<T, EdgeK<T, false, true, true>::template K>(in, path.y_dim);
+    path.edge[7] = select_kernel<T, EdgeK<T, true, true, true>::template K>(in, path.y_dim);
     paths.push_back(std::move(path));
   }
   return paths;
@@ -400,7 +419,7 @@ void gather_kernel(const at::Tensor& src, const at::Tensor& attr, const Weights&
 template <typename T>
 void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& weights,
                  const at::Tensor& grad, const Graph& g, const std::vector<Path<T>>& paths,
-                 T* gy_ptr, at::Tensor* g_weight, at::Tensor* g_basis) {
+                 T* gy_ptr, at::Tensor* g_weight, at::Tensor* g_basis, at::Tensor* g_x) {
   const T* x_ptr = x.data_ptr<T>();
   const T* y_ptr = attr.data_ptr<T>();
   const T* g_ptr = grad.data_ptr<T>();
@@ -423,6 +442,7 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& wei
   const bool threads = worth_threads(paths, n_edges);
   const int64_t n_threads = threads ? at::get_num_threads() : 1;
   std::vector<at::Tensor> basis_sums(n_threads);  // per thread: sum over its edges of H^T gW
+  std::vector<at::Tensor> x_sums(n_threads);      // per thread: its edges' sender gradients
 
   // Receiver order: H is built once per receiver and reused by its edges.
 #pragma omp parallel num_threads(n_threads) if (threads)
@@ -434,11 +454,13 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& wei
     if (factored && need_gw) gw_tile = at::empty({capacity, w_dim}, x.options());
     if (factored && g_weight) gh_tile = at::empty({capacity, weights.weight.size(1)}, x.options());
     if (factored && g_basis) basis_sum = at::zeros_like(weights.basis, x.options());
+    at::Tensor x_sum = g_x ? at::zeros_like(x) : at::Tensor();
+    T* gx_base = g_x ? x_sum.data_ptr<T>() : nullptr;
 #pragma omp for schedule(dynamic, step)
     for (int64_t c = 0; c < n_chunks; ++c) {
       const int64_t q0 = row[bounds[c]], q1 = row[bounds[c + 1]];
       if (q0 == q1) continue;
-      rows.load(prm, q0, q1, gy_ptr != nullptr);
+      rows.load(prm, q0, q1, gy_ptr != nullptr || g_x != nullptr);
       for (int64_t r = bounds[c]; r < bounds[c + 1]; ++r) {
         if (row[r] == row[r + 1]) continue;
         receiver_h(paths, g_ptr + r * g_stride, h.data());
@@ -452,11 +474,12 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& wei
           T* gw = !need_gw ? nullptr
                   : factored ? gw_tile.data_ptr<T>() + (q - q0) * w_dim : gw_ptr + e * w_dim;
           if (gy) std::fill(gy, gy + y_stride, T(0));
-          const T* w = rows.row(q, q0, e);  // read for gy only (a tile row is formed then)
-          for (const auto& p : paths) {
-            const auto fn = gy && gw ? p.edge_yw : gy ? p.edge_y : p.edge_w;
-            fn(p, h.data() + p.h_off, x_ptr + snd[e] * x_stride, y_ptr + e * y_stride, w, gy, gw);
-          }
+          T* gx = gx_base ? gx_base + snd[e] * x_stride : nullptr;
+          const T* w = rows.row(q, q0, e);  // read for gy and gx only (a tile row is formed then)
+          const int kind = (gy ? 1 : 0) | (gw ? 2 : 0) | (gx ? 4 : 0);
+          for (const auto& p : paths)
+            p.edge[kind](p, h.data() + p.h_off, x_ptr + snd[e] * x_stride, y_ptr + e * y_stride, w,
+                         gy, gw, gx);
         }
       }
       if (factored && need_gw) {  // the chunk's per-edge weight gradients, contracted
@@ -475,11 +498,13 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& wei
       }
     }
     if (basis_sum.defined()) basis_sums[omp_get_thread_num()] = basis_sum;
+    if (x_sum.defined()) x_sums[omp_get_thread_num()] = x_sum;
   }
-  if (g_basis) {
-    g_basis->zero_();
-    for (const auto& s : basis_sums)
-      if (s.defined()) g_basis->add_(s);
+  for (auto [out, sums] : {std::pair{g_basis, &basis_sums}, std::pair{g_x, &x_sums}}) {
+    if (!out) continue;
+    out->zero_();
+    for (const auto& s : *sums)
+      if (s.defined()) out->add_(s);
   }
 }
 
@@ -501,24 +526,27 @@ at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr, const 
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_cpu(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_cpu(
     const at::Tensor& x, const at::Tensor& edge_attr, const Weights& weights,
     const at::Tensor& grad, const Graph& graph, const Descriptor& desc, bool need_attr,
-    bool need_weight, bool need_basis) {
+    bool need_weight, bool need_basis, bool need_x) {
   const bool factored = weights.factored();
   need_basis = need_basis && factored;
-  at::Tensor gy = need_attr ? at::empty_like(edge_attr) : at::empty({0}, x.options());
+  const auto none = [&] { return at::empty({0}, x.options()); };
+  at::Tensor gy = need_attr ? at::empty_like(edge_attr) : none();
   // The paths' weight segments tile each row (checked by the caller): no zero fill needed.
-  at::Tensor gw = need_weight ? at::empty_like(weights.weight) : at::empty({0}, x.options());
-  at::Tensor gb = need_basis ? at::empty_like(weights.basis) : at::empty({0}, x.options());
-  if (!need_attr && !need_weight && !need_basis) return {gy, gw, gb};
+  at::Tensor gw = need_weight ? at::empty_like(weights.weight) : none();
+  at::Tensor gb = need_basis ? at::empty_like(weights.basis) : none();
+  at::Tensor gx = need_x ? at::empty_like(x) : none();
+  if (!need_attr && !need_weight && !need_basis && !need_x) return {gy, gw, gb, gx};
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "channelwise_conv_edge", [&] {
     const auto paths = load_paths<scalar_t>(desc, false);
     edge_kernel<scalar_t>(x, edge_attr, weights, grad, graph, paths,
                           need_attr ? gy.data_ptr<scalar_t>() : nullptr,
-                          need_weight ? &gw : nullptr, need_basis ? &gb : nullptr);
+                          need_weight ? &gw : nullptr, need_basis ? &gb : nullptr,
+                          need_x ? &gx : nullptr);
   });
-  return {gy, gw, gb};
+  return {gy, gw, gb, gx};
 }
 
 }  // namespace cfmtrain::conv

@@ -38,11 +38,13 @@ at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr, const 
 
 // Edge-level contraction with grad (message-shaped, at receivers) and x (feature-shaped, at
 // senders): returns (d<grad, message>/d attr, d<grad, message>/d weight, d<grad, message>/d
-// basis); for factored weights the weight slot is the hidden layer [E, K] and the basis one
-// [K, w_dim] is summed over edges. An output not asked for is an empty tensor.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_cpu(
+// basis, d<grad, message>/d x); for factored weights the weight slot is the hidden layer [E, K]
+// and the basis one [K, w_dim] is summed over edges; d x is the transposed gather, summed over
+// each sender's edges in the same receiver-ordered pass (per-thread sums). An output not asked
+// for is an empty tensor.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_cpu(
     const at::Tensor& x, const at::Tensor& edge_attr, const Weights& weights,
     const at::Tensor& grad, const Graph& graph, const Descriptor& desc, bool need_attr,
-    bool need_weight, bool need_basis);
+    bool need_weight, bool need_basis, bool need_x);
 
 }  // namespace cfmtrain::conv
