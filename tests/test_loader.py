@@ -192,11 +192,14 @@ def test_prefetch_thread_and_workers_give_the_same_batches(union):
     iterator = iter(make_loader(dataset, batches))
     next(iterator)
     iterator.close()
+    assert threading.active_count() == before  # close() returns once the thread has stopped
+    iterator = iter(make_loader(dataset, batches))
+    next(iterator)
     del iterator
     deadline = time.monotonic() + 5
     while threading.active_count() > before and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert threading.active_count() == before  # a loader left early stops its thread
+    assert threading.active_count() == before  # a loader dropped early stops its thread
 
 
 def test_prefetch_hides_assembly_behind_compute():

@@ -111,26 +111,30 @@ def train_epoch(run, epoch: int, skip: int, on_step: Callable[[int, list], bool]
     loader = run.make_loader(run.train_set, run.sampler)  # starts at step `skip` when resumed
     records: list[list] = []
     iterator, step = iter(loader), skip
-    while True:
-        times, t0, c0 = StepTimes(), time.perf_counter(), time.thread_time()
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            break
-        times.data_s = time.perf_counter() - t0
-        graphs, atoms = counts[step].tolist()
-        loss, pred = train_step(run, batch, graphs, atoms, run.global_step, times)
-        times.cpu_s = time.thread_time() - c0
-        run.train_errors.add(batch, pred, run.cfg.optim.stress_weight > 0)
-        run.global_step += 1
-        step += 1
-        record = [epoch, run.global_step - 1, run.env.rank, int(batch.num_graphs),
-                  int(batch.num_nodes), int(batch.edge_index.shape[1]), times.data_s,
-                  times.compute_s, times.wait_s, times.allreduce_s, times.optim_s, times.step_s,
-                  float(loss) / world_size(), times.cpu_s, times.compute_cpu_s]
-        records.append(record)
-        if on_step(step, record):
-            break
+    try:
+        while True:
+            times, t0, c0 = StepTimes(), time.perf_counter(), time.thread_time()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            times.data_s = time.perf_counter() - t0
+            graphs, atoms = counts[step].tolist()
+            loss, pred = train_step(run, batch, graphs, atoms, run.global_step, times)
+            times.cpu_s = time.thread_time() - c0
+            run.train_errors.add(batch, pred, run.cfg.optim.stress_weight > 0)
+            run.global_step += 1
+            step += 1
+            record = [epoch, run.global_step - 1, run.env.rank, int(batch.num_graphs),
+                      int(batch.num_nodes), int(batch.edge_index.shape[1]), times.data_s,
+                      times.compute_s, times.wait_s, times.allreduce_s, times.optim_s,
+                      times.step_s, float(loss) / world_size(), times.cpu_s, times.compute_cpu_s]
+            records.append(record)
+            if on_step(step, record):
+                break
+    finally:  # an epoch left early (SIGTERM, max_steps) stops its prefetch thread first
+        if hasattr(iterator, "close"):
+            iterator.close()
     return records
 
 

@@ -20,6 +20,7 @@ import torch
 
 PREFETCH_DEPTH = 2  # batches assembled ahead of the one training uses
 THREAD = -1  # BatchLoader's `num_workers` for one prefetch thread
+JOIN_TIMEOUT_S = 60.0  # close() waits this long at most for the batch being assembled
 
 
 def resolve_workers(num_workers: int | None, in_memory: bool, cpus_per_rank: int) -> int:
@@ -111,8 +112,9 @@ class _Prefetch:
         self._queue: queue.Queue = queue.Queue(PREFETCH_DEPTH)
         self._stop = threading.Event()
         self._done = False
-        threading.Thread(target=_produce, args=(make, items, self._queue, self._stop),
-                         name="cfmtrain-prefetch", daemon=True).start()
+        self._thread = threading.Thread(target=_produce, name="cfmtrain-prefetch", daemon=True,
+                                        args=(make, items, self._queue, self._stop))
+        self._thread.start()
 
     def __iter__(self) -> _Prefetch:
         return self
@@ -129,9 +131,13 @@ class _Prefetch:
         return item
 
     def close(self) -> None:
-        """Stop the thread (it finishes the batch it is assembling)."""
+        """Stop the thread and wait for it to finish the batch it is assembling: a thread still
+        inside the compiled assembly when the interpreter exits (a SIGTERM'd run returns right
+        after its checkpoint) can abort the process in the runtime's teardown."""
         self._stop.set()
         self._done = True
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=JOIN_TIMEOUT_S)
 
     def __del__(self) -> None:
         self._stop.set()
