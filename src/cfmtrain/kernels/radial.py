@@ -16,6 +16,7 @@ from e3nn.math import normalize2mom
 from e3nn.nn import FullyConnectedNet
 
 from cfmtrain.kernels.adopt import Adopting, swap_in, swap_out
+from cfmtrain.kernels.silu import silu
 
 
 def _plan(fc: FullyConnectedNet) -> tuple[list[tuple[float, object]], float]:
@@ -28,7 +29,8 @@ def _plan(fc: FullyConnectedNet) -> tuple[list[tuple[float, object]], float]:
             plan.append((carry / (layer.h_in * layer.var_in / layer.var_out) ** 0.5, None))
             carry = 1.0
         elif isinstance(act, normalize2mom):
-            plan.append((carry / (layer.h_in * layer.var_in) ** 0.5, act.f))
+            f = silu if act.f is torch.nn.functional.silu else act.f  # fused 2nd derivative
+            plan.append((carry / (layer.h_in * layer.var_in) ** 0.5, f))
             carry = (1.0 if act._is_id else act.cst) * layer.var_out ** 0.5
         else:
             raise TypeError(f"fold_radial_mlps: unsupported activation {act!r} in {fc}")
