@@ -22,6 +22,7 @@ from cfmtrain.kernels.conv import (
     fuse_convs,
     unfuse_convs,
 )
+from cfmtrain.kernels.linear import HAND_OVER_BLOCKS
 from cfmtrain.kernels.radial import FoldedRadialMLP
 
 
@@ -353,6 +354,9 @@ def test_fully_fused_model_matrix_float64(float64_default, case):
         isinstance(b.conv_tp_weights, FoldedRadialMLP) for b in fused_model.interactions]
     assert all(isinstance(p.symmetric_contractions, SymmetricContractionFused)
                for p in fused_model.products)
+    # the conv hands its ir_mul message to the fused linear where the block passes it nowhere else
+    assert [b.conv_tp._linear is not None for b in fused_model.interactions] == [
+        type(b).__name__ in HAND_OVER_BLOCKS for b in fused_model.interactions]
     ours = model_outputs(fused_model, batch)
     for a, b in zip(ours, ref, strict=True):
         assert rel_err(a, b) < 1e-10

@@ -1,15 +1,26 @@
 """The fused message linear (kernels.linear) against e3nn's o3.Linear: outputs and derivatives to
-second order, alone and inside MACE models; no zero-filled slice gradients; state_dict, unfuse
-and pickling unchanged."""
+second order, alone and inside MACE models, also taking the fused conv's ir_mul message; no
+zero-filled slice gradients; state_dict, unfuse and pickling unchanged."""
 
 from __future__ import annotations
+
+import io
 
 import mace  # noqa: F401  (import mace before e3nn)
 import pytest
 import torch
 from e3nn import o3
-from test_fuse import assert_swap_exact_and_round_trips, rel_err
+from test_fuse import (
+    assert_swap_exact_and_round_trips,
+    atoms,
+    batch_dict,
+    energy_forces_grads,
+    rel_err,
+    small_model,
+)
 
+from cfmtrain.kernels import fuse_model
+from cfmtrain.kernels.conv import _ir_mul_order, unfuse_convs
 from cfmtrain.kernels.linear import FusedLinear, fuse_linears, unfuse_linears
 
 
@@ -33,8 +44,16 @@ def test_fused_linear_equals_e3nn_to_second_order(irreps_in, irreps_out):
     fused = FusedLinear(linear)
     assert all(p is q for p, q in zip(fused.parameters(), linear.parameters(), strict=True))
     x = torch.randn(9, linear.irreps_in.dim, dtype=torch.float64)
-    for got, want in zip(second_order(fused, x), second_order(linear, x), strict=True):
-        assert rel_err(got, want) < 1e-13
+    want = second_order(linear, x)
+    for got, ref in zip(second_order(fused, x), want, strict=True):
+        assert rel_err(got, ref) < 1e-13
+    # the same input in the conv kernels' ir_mul layout (per block [nodes, dim, mul])
+    order, inverse = _ir_mul_order(linear.irreps_in)
+    fused.ir_mul_input = True
+    got = second_order(fused, x[:, order])
+    got[1], got[2] = got[1][:, inverse], got[2][:, inverse]  # d/dx back in mul_ir
+    for g, ref in zip(got, want, strict=True):
+        assert rel_err(g, ref) < 1e-13
 
 
 def test_backward_fills_no_message_sized_zeros():
@@ -61,3 +80,37 @@ def test_biases_are_refused():
 
 def test_fused_linear_model_matches_mace_and_round_trips():
     assert_swap_exact_and_round_trips(fuse_linears, unfuse_linears, "linear", FusedLinear, 1e-12)
+
+
+def test_conv_hands_its_message_over_and_every_unfuse_takes_it_back():
+    """fuse_model has each fused conv give its FusedLinear the ir_mul message; the model stays
+    exact after torch.save/load (the hand-over restored), after unfusing only the linears, and
+    after unfusing only the convs."""
+    model = small_model()
+    batch = batch_dict(atoms())
+    expected = energy_forces_grads(model, batch)
+
+    def handed(m) -> list[bool]:
+        return [b.conv_tp._linear is b.linear and b.linear.ir_mul_input for b in m.interactions]
+
+    def assert_exact(m):
+        for got, want in zip(energy_forces_grads(m, batch), expected, strict=True):
+            assert rel_err(got, want) < 1e-12
+
+    fuse_model(model)
+    assert handed(model) == [True, True]
+    assert_exact(model)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    assert handed(model) == [True, True]  # saving leaves the live model as it was
+    loaded = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
+    assert handed(loaded) == [True, True]
+    assert_exact(loaded)
+    unfuse_linears(model)  # e3nn's Linear takes mul_ir: the conv gives mul_ir again
+    assert [b.conv_tp._linear for b in model.interactions] == [None, None]
+    assert_exact(model)
+    fuse_model(model)
+    assert handed(model) == [True, True]
+    unfuse_convs(model)  # e3nn's TensorProduct gives mul_ir: the linear takes mul_ir again
+    assert [b.linear.ir_mul_input for b in model.interactions] == [False, False]
+    assert_exact(model)

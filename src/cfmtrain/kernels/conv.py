@@ -181,16 +181,17 @@ def conv_edge(x: torch.Tensor, attr: torch.Tensor, weight: torch.Tensor, grad: t
 
 
 def channelwise_conv(node_feats: torch.Tensor, edge_attrs: torch.Tensor, tp_weights: torch.Tensor,
-                     graph: ConvGraph, desc: ConvDescriptor,
-                     basis: torch.Tensor | None = None) -> torch.Tensor:
-    """sum_{e: s->r} TP(node_feats[s], edge_attrs[e], tp_weights[e]) per receiver r (mul_ir);
-    with `basis`, the weights are tp_weights @ basis (never formed whole)."""
+                     graph: ConvGraph, desc: ConvDescriptor, basis: torch.Tensor | None = None,
+                     ir_mul_out: bool = False) -> torch.Tensor:
+    """sum_{e: s->r} TP(node_feats[s], edge_attrs[e], tp_weights[e]) per receiver r (mul_ir, or
+    the kernels' ir_mul with `ir_mul_out`); with `basis`, the weights are tp_weights @ basis
+    (never formed whole)."""
     if node_feats.device.type != "cpu":
         raise NotImplementedError(f"the fused conv runs on the CPU only, got {node_feats.device}; "
                                   "unfuse the model (cfmtrain.kernels.conv.unfuse_convs)")
     x = _permute(node_feats, desc.x_order)
     out = conv_gather(x, edge_attrs, tp_weights, graph, desc, transpose=False, basis=basis)
-    return _permute(out, desc.o_order, inverse=True)
+    return out if ir_mul_out else _permute(out, desc.o_order, inverse=True)
 
 
 @torch.library.register_fake("cfmtrain::channelwise_conv_gather")
@@ -399,6 +400,7 @@ class FusedChannelwiseConv(Adopting):
         self.irreps_in1, self.irreps_in2 = tp.irreps_in1, tp.irreps_in2
         self.irreps_out, self.weight_numel = tp.irreps_out, tp.weight_numel
         self.__dict__["_radial"] = None  # the block's factored radial MLP (not a submodule)
+        self.__dict__["_linear"] = None  # the block's FusedLinear taking ir_mul (not a submodule)
 
     def factor_weights(self, radial: FoldedRadialMLP | None) -> None:
         """Take `tp_weights` as the last hidden layer of `radial` (which then returns it) and
@@ -409,28 +411,45 @@ class FusedChannelwiseConv(Adopting):
             radial.factor()
         self.__dict__["_radial"] = radial
 
+    def hand_ir_mul_to(self, linear: torch.nn.Module | None) -> None:
+        """Give the message to `linear` (the block's FusedLinear, which then takes it) in the
+        kernels' ir_mul layout, without the permutation to e3nn's mul_ir; None: mul_ir again.
+        Only for a block whose forward passes the message to that linear and nowhere else
+        (kernels.linear.hand_messages_over checks the block)."""
+        if self._linear is not None:
+            self._linear.ir_mul_input = False
+        if linear is not None:
+            if linear.irreps_in != self.irreps_out:
+                raise ValueError(f"hand_ir_mul_to: the linear takes {linear.irreps_in}, the conv "
+                                 f"gives {self.irreps_out}")
+            linear.ir_mul_input = True
+        self.__dict__["_linear"] = linear
+
     def forward(self, node_feats: torch.Tensor, edge_attrs: torch.Tensor,
                 tp_weights: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         graph = conv_graph(edge_index, node_feats.shape[0])
         radial = self._radial
         basis = radial.basis() if radial is not None and radial.factored else None
-        return channelwise_conv(node_feats, edge_attrs, tp_weights, graph, self.descriptor, basis)
+        return channelwise_conv(node_feats, edge_attrs, tp_weights, graph, self.descriptor, basis,
+                                ir_mul_out=self._linear is not None)
 
     def __reduce__(self) -> tuple:
         """Pickle as the e3nn TensorProduct (saved by e3nn's own logic, compiled code included)
         and fuse it again on load: the fused module itself holds e3nn's compiled submodules
         without their save logic (issue #11). The factored radial MLP is pickled once (the
         block holds it too) and linked again."""
-        return _fused_conv, (self.restore(), self.training, self._radial)
+        return _fused_conv, (self.restore(), self.training, self._radial, self._linear)
 
 
-def _fused_conv(tp: o3.TensorProduct, training: bool,
-                radial: FoldedRadialMLP | None = None) -> FusedChannelwiseConv:
+def _fused_conv(tp: o3.TensorProduct, training: bool, radial: FoldedRadialMLP | None = None,
+                linear: torch.nn.Module | None = None) -> FusedChannelwiseConv:
     """Unpickles a FusedChannelwiseConv (see its `__reduce__`)."""
     conv = FusedChannelwiseConv(tp)
     conv.training = training
     if radial is not None and radial.factored:
         conv.factor_weights(radial)
+    if linear is not None:
+        conv.hand_ir_mul_to(linear)
     return conv
 
 
@@ -475,6 +494,7 @@ def unfuse_convs(model: torch.nn.Module) -> torch.nn.Module:
     for block in _interaction_blocks(model):
         if isinstance(block.conv_tp, FusedChannelwiseConv):
             block.conv_tp.factor_weights(None)
+            block.conv_tp.hand_ir_mul_to(None)
             block.conv_tp = block.conv_tp.restore()
             if getattr(block, "conv_fusion", None) == FUSION_TAG:
                 del block.conv_fusion

@@ -19,7 +19,7 @@ from cfmtrain.kernels.backend import (
     model_device,
 )
 from cfmtrain.kernels.conv import factor_radial_weights, fuse_convs, unfuse_convs
-from cfmtrain.kernels.linear import fuse_linears, unfuse_linears
+from cfmtrain.kernels.linear import fuse_linears, hand_messages_over, unfuse_linears
 from cfmtrain.kernels.radial import fold_radial_mlps, unfold_radial_mlps
 from cfmtrain.kernels.reshape import fuse_reshapes, unfuse_reshapes
 from cfmtrain.kernels.skip import fuse_skips, unfuse_skips
@@ -78,11 +78,10 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
     evaluator (kernels.reference), "cueq" mace-torch's cuEquivariance symmetric contraction,
     "mace" leaves mace-torch's e3nn code. The conv (its radial MLP folded too, kernels.radial,
     the MLP's last layer formed inside the conv's kernels, the message's reshape a single
-    permutation, kernels.reshape, the message's linear without slice gradients,
-    kernels.linear, and the element self-connection one matmul per element, kernels.skip) is
-    fused with "cpu-fused"
-    unless `conv=False`; otherwise it is mace-torch's own ("cueq" if the model was built with
-    cuEquivariance, else "mace").
+    permutation, kernels.reshape, the message's linear without slice gradients, taking the
+    conv's layout, kernels.linear, and the element self-connection one matmul per element,
+    kernels.skip) is fused with "cpu-fused" unless `conv=False`; otherwise it is mace-torch's
+    own ("cueq" if the model was built with cuEquivariance, else "mace").
     """
     chosen = backend is None
     device = model_device(model)
@@ -99,6 +98,7 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
         factor_radial_weights(model)
         fuse_reshapes(model)
         fuse_linears(model)
+        hand_messages_over(model)
         fuse_skips(model)
         conv_backend = CPU_FUSED
     else:

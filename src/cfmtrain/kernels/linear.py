@@ -6,6 +6,11 @@ gradients are then summed (at lmax 3 ten blocks: ten zero fills, copies and nine
 [nodes, message] tensor per backward, again in the second backward of a force-trained step).
 Here the blocks are views of one `split` (its backward is one concatenation) and the blocks of
 one irrep type are multiplied by their stacked weights at once. Same function, same parameters.
+
+Where the block's fused conv hands it the message in the kernels' ir_mul layout
+(`hand_messages_over`), a block is [nodes, dim, mul] and its matmul needs no transposition: the
+conv's permutation to e3nn's mul_ir (an index_select over [nodes, message] in each pass) and
+einsum's transposition back are both gone.
 """
 
 from __future__ import annotations
@@ -14,7 +19,14 @@ import torch
 from e3nn import o3
 
 from cfmtrain.kernels.adopt import Adopting, swap_in, swap_out
-from cfmtrain.kernels.conv import _interaction_blocks
+from cfmtrain.kernels.conv import FusedChannelwiseConv, _interaction_blocks
+
+# mace-torch blocks whose forward passes the conv's message to `linear` and nowhere else (only
+# truncate_ghosts, a row slice, between them): their conv may hand it over in ir_mul
+HAND_OVER_BLOCKS = ("RealAgnosticInteractionBlock", "RealAgnosticResidualInteractionBlock",
+                    "RealAgnosticAttResidualInteractionBlock",
+                    "RealAgnosticDensityInteractionBlock",
+                    "RealAgnosticDensityResidualInteractionBlock")
 
 
 def _fusable(linear: torch.nn.Module) -> bool:
@@ -37,6 +49,7 @@ class FusedLinear(Adopting):
         # per output block: the instructions (their index, input block, path weight) into it
         self.into = [[(k, ins.i_in, ins.path_weight) for k, ins in enumerate(linear.instructions)
                       if ins.i_out == i_out] for i_out in range(len(self.irreps_out))]
+        self.ir_mul_input = False  # set by the conv that hands over (FusedChannelwiseConv)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[:-1]
@@ -49,9 +62,16 @@ class FusedLinear(Adopting):
                 outs.append(x.new_zeros(x.shape[0], mul_out * ir.dim))
                 continue
             # [nodes, sum of input muls, dim] x [sum of input muls, mul_out]: one matmul
-            xs = [blocks[i].reshape(x.shape[0], -1, ir.dim) for _, i, _ in paths]
             ws = [views[k] * alpha for k, _, alpha in paths]
-            xs, w = (xs[0], ws[0]) if len(xs) == 1 else (torch.cat(xs, 1), torch.cat(ws, 0))
+            w = ws[0] if len(ws) == 1 else torch.cat(ws, 0)
+            if self.ir_mul_input:  # blocks [nodes, dim, mul]: rows (node, component) of one mm
+                xs = [blocks[i].view(x.shape[0], ir.dim, -1) for _, i, _ in paths]
+                xs = xs[0] if len(xs) == 1 else torch.cat(xs, 2)
+                out = (xs.reshape(-1, w.shape[0]) @ w).view(x.shape[0], ir.dim, mul_out)
+                outs.append(out.transpose(1, 2).reshape(x.shape[0], -1))
+                continue
+            xs = [blocks[i].reshape(x.shape[0], -1, ir.dim) for _, i, _ in paths]
+            xs = xs[0] if len(xs) == 1 else torch.cat(xs, 1)
             outs.append(torch.einsum("zui,uw->zwi", xs, w).reshape(x.shape[0], -1))
         out = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]
         return out.reshape(*rows, self.irreps_out.dim)
@@ -62,7 +82,25 @@ def fuse_linears(model: torch.nn.Module) -> int:
     return swap_in(_interaction_blocks(model), "linear", FusedLinear, _fusable)
 
 
+def hand_messages_over(model: torch.nn.Module) -> int:
+    """Where a block of HAND_OVER_BLOCKS holds a fused conv and a FusedLinear, the conv gives the
+    linear its message in ir_mul (in place); returns how many blocks hand over."""
+    handed = 0
+    for block in _interaction_blocks(model):
+        conv, linear = block.conv_tp, getattr(block, "linear", None)
+        if (type(block).__name__ in HAND_OVER_BLOCKS and isinstance(conv, FusedChannelwiseConv)
+                and isinstance(linear, FusedLinear) and linear.irreps_in == conv.irreps_out):
+            conv.hand_ir_mul_to(linear)
+            handed += 1
+    return handed
+
+
 def unfuse_linears(model: torch.nn.Module) -> torch.nn.Module:
-    """Put e3nn's Linears back (the inverse of `fuse_linears`), in place."""
+    """Put e3nn's Linears back (the inverse of `fuse_linears`), in place; a fused conv that
+    handed its message to one gives it in mul_ir again."""
+    for block in _interaction_blocks(model):
+        conv = block.conv_tp
+        if isinstance(conv, FusedChannelwiseConv) and conv._linear is not None:
+            conv.hand_ir_mul_to(None)
     swap_out(_interaction_blocks(model), "linear", FusedLinear)
     return model
