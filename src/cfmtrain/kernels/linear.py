@@ -98,9 +98,10 @@ def hand_messages_over(model: torch.nn.Module) -> int:
 def unfuse_linears(model: torch.nn.Module) -> torch.nn.Module:
     """Put e3nn's Linears back (the inverse of `fuse_linears`), in place; a fused conv that
     handed its message to one gives it in mul_ir again."""
-    for block in _interaction_blocks(model):
+    blocks = _interaction_blocks(model)
+    for block in blocks:
         conv = block.conv_tp
         if isinstance(conv, FusedChannelwiseConv) and conv._linear is not None:
             conv.hand_ir_mul_to(None)
-    swap_out(_interaction_blocks(model), "linear", FusedLinear)
+    swap_out(blocks, "linear", FusedLinear)
     return model
