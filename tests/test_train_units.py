@@ -238,6 +238,28 @@ def test_non_finite_loss_names_step_and_batch(store, model64):
         forward_backward(model, batch, 2, batch.num_nodes, cfg, step=17, measure=False)
 
 
+@pytest.mark.parametrize("stress_weight", [0.0, 10.0])
+def test_backward_reaches_parameters_only(store, model64, stress_weight):
+    """forward_backward gives loss.backward()'s parameter gradients and skips the positions'
+    (and strain's) second-order gradient."""
+    folder, model = store[0], model64
+    cfg = config_mod.load_config(overrides=[f"optim.stress_weight={stress_weight}"])
+    params = [p for p in model.parameters() if p.requires_grad]
+    batch = collated(folder, [0, 1, 2, 4], model)
+    pred = model(batch.to_dict(), training=True, compute_force=True,
+                 compute_stress=stress_weight > 0)
+    distributed_loss(batch, pred, 4, batch.num_nodes, 1, cfg.optim).backward()
+    assert batch.positions.grad is not None  # what the plain backward pays for
+    reference = [p.grad.clone() for p in params]
+    model.zero_grad(set_to_none=True)
+    batch = collated(folder, [0, 1, 2, 4], model)
+    forward_backward(model, batch, 4, batch.num_nodes, cfg, step=0, measure=False)
+    assert batch.positions.grad is None
+    for p, ref in zip(params, reference, strict=True):
+        torch.testing.assert_close(p.grad, ref, rtol=1e-12, atol=1e-14)
+    model.zero_grad(set_to_none=True)
+
+
 def test_checkpoint_state_is_plain(tmp_path, store, model64):
     from cfmtrain.train.checkpoint import load_checkpoint, save_checkpoint
 

@@ -49,7 +49,10 @@ def world_size() -> int:
 def forward_backward(model: torch.nn.Module, batch, graphs: float, atoms: float, cfg,
                      step: int, measure: bool) -> tuple[torch.Tensor, dict]:
     """Forward, loss over the global counts, local backward (DDP's all-reduce deferred in
-    measurement mode); returns the detached loss and the predictions."""
+    measurement mode); returns the detached loss and the predictions. The backward pass goes to
+    the trainable parameters only: the positions (and the strain) are leaves of the forces'
+    graph, and their second-order gradient, which `loss.backward()` would also compute, feeds
+    nothing."""
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     sync = model.no_sync() if measure and ddp else contextlib.nullcontext()
     with sync:
@@ -60,7 +63,7 @@ def forward_backward(model: torch.nn.Module, batch, graphs: float, atoms: float,
             graphs_in = batch.store_id.tolist() if hasattr(batch, "store_id") else "?"
             raise NonFiniteLossError(f"non-finite loss {loss.item()} at step {step}; batch of "
                                      f"{batch.num_graphs} graphs, store indices {graphs_in}")
-        loss.backward()
+        loss.backward(inputs=[p for p in model.parameters() if p.requires_grad])
     return loss.detach(), pred
 
 
