@@ -151,13 +151,13 @@ at::Tensor gather(const at::Tensor& src, const at::Tensor& edge_attr,
                     weights2 ? &*weights2 : nullptr, graph, desc, transpose);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge(
     const at::Tensor& x, const at::Tensor& edge_attr, const at::Tensor& edge_weight,
     const at::Tensor& grad, const std::optional<at::Tensor>& basis, const at::Tensor& sender,
     const at::Tensor& receiver, const at::Tensor& recv_rowptr, const at::Tensor& recv_perm,
     const at::Tensor& send_rowptr, const at::Tensor& send_perm, const at::Tensor& paths,
     const at::Tensor& terms, const at::Tensor& coeffs, at::IntArrayRef dims, bool need_attr,
-    bool need_weight, bool need_basis, bool need_x) {
+    bool need_weight, bool need_basis, bool need_x, bool need_out) {
   const Descriptor desc = check_descriptor(paths, terms, coeffs, dims);
   const auto dtype = x.scalar_type();
   check_floats(x, "x", send_rowptr.size(0) - 1, dims[0], dtype);
@@ -169,7 +169,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge(
   const Graph graph = check_graph(sender, receiver, recv_rowptr, recv_perm, send_rowptr,
                                   send_perm, n_edges);
   return edge_cpu(x, edge_attr, weights, grad, graph, desc, need_attr, need_weight, need_basis,
-                  need_x);
+                  need_x, need_out);
 }
 
 }  // namespace
@@ -186,8 +186,8 @@ TORCH_LIBRARY_FRAGMENT(cfmtrain, m) {
       "channelwise_conv_edge(Tensor x, Tensor edge_attr, Tensor edge_weight, Tensor grad, "
       "Tensor? basis, Tensor sender, Tensor receiver, Tensor recv_rowptr, Tensor recv_perm, "
       "Tensor send_rowptr, Tensor send_perm, Tensor paths, Tensor terms, Tensor coeffs, "
-      "int[] dims, bool need_attr, bool need_weight, bool need_basis, bool need_x) -> "
-      "(Tensor, Tensor, Tensor, Tensor)");
+      "int[] dims, bool need_attr, bool need_weight, bool need_basis, bool need_x, "
+      "bool need_out) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(cfmtrain, CPU, m) {

@@ -189,20 +189,17 @@ def test_opcheck_schemas_fake_and_autograd_registrations(float64_default):
                                        False)),
         (ops.channelwise_conv_gather, (g, y, h, y, h2, b, b2, *graph, *desc.args(), True)),
         (ops.channelwise_conv_gather, (g, y, w, y, h2, None, b2, *graph, *desc.args(), True)),
-        (ops.channelwise_conv_edge, (x, y, w, g, None, *graph, *desc.args(), True, True, False,
-                                     False)),
-        (ops.channelwise_conv_edge, (x, y, w, g, None, *graph, *desc.args(), False, True,
-                                     False, False)),
-        (ops.channelwise_conv_edge, (x, y, h, g, b, *graph, *desc.args(), True, True, True,
-                                     False)),
-        (ops.channelwise_conv_edge, (x, y, h, g, b, *graph, *desc.args(), False, False, True,
-                                     False)),
-        (ops.channelwise_conv_edge, (x, y, w, g, None, *graph, *desc.args(), True, True, False,
-                                     True)),
-        (ops.channelwise_conv_edge, (x, y, h, g, b, *graph, *desc.args(), True, False, True,
-                                     True)),
-        (ops.channelwise_conv_edge, (x, y, h, g, b, *graph, *desc.args(), False, False, False,
-                                     True)),
+        # need attr, weight, basis, x, out (the message from the edge pass)
+        *((ops.channelwise_conv_edge, (x, y, wt, g, basis, *graph, *desc.args(), *flags))
+          for wt, basis, flags in (
+              (w, None, (True, True, False, False, False)),
+              (w, None, (False, True, False, False, True)),
+              (h, b, (True, True, True, False, False)),
+              (h, b, (False, False, True, False, True)),
+              (w, None, (True, True, False, True, False)),
+              (h, b, (True, False, True, True, True)),
+              (h, b, (False, False, False, True, False)),
+              (h, b, (False, False, False, False, True)))),
     ):
         torch.library.opcheck(op.default, args)
 
@@ -462,9 +459,9 @@ def test_ops_gradcheck_to_third_order(float64_default, transpose, factored):
         return conv_gather(src, y, w, graph, desc, transpose, y2, w2, *((b, b2) if factored
                                                                         else ()))
 
-    def edge(x, y, w, g, b):  # every output, the sender gradient (transposed gather) included
+    def edge(x, y, w, g, b):  # every output: the transposed gather and the message included
         return conv_edge(x, y, w, g, graph, desc, basis=b if factored else None,
-                         need_basis=True, need_x=True)
+                         need_basis=True, need_x=True, need_out=True)
 
     for f, inputs in ((gather2, (src, y, w, y2, w2, b, b2)), (edge, (x, y, w, g, b))):
         assert torch.autograd.gradcheck(f, inputs, fast_mode=True)
@@ -496,6 +493,36 @@ def test_factored_weights_equal_stored_product(float64_default, threads):
     for a, c, r in zip(ours, stored, ref, strict=True):
         assert rel_err(a, c) < 1e-12
         assert rel_err(a, r) < 1e-10
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("factored", [False, True], ids=["stored", "factored"])
+def test_edge_pass_message_equals_gather(float64_default, threads, factored):
+    """The edge op's message output (the gather of x, from the weight rows of its own pass) is
+    the gather's, alone or beside the other slots, with nodes that receive no edge."""
+    from cfmtrain.kernels.conv import conv_edge, conv_gather
+
+    torch.set_num_threads(threads)
+    tp = make_tp("16x0e+16x1o", 3)
+    gen = torch.Generator().manual_seed(9)
+    num_nodes, num_edges = 60, 3000
+    edge_index = torch.randint(0, num_nodes - 5, (2, num_edges), generator=gen)
+    desc, graph = conv_descriptor(tp), conv_graph(edge_index, num_nodes)
+    x, y, w = (t.detach() for t in random_inputs(tp, edge_index, num_nodes))
+    basis = torch.randn(8, tp.weight_numel, generator=gen) if factored else None
+    if factored:
+        w = torch.randn(num_edges, 8, generator=gen)
+    g = torch.randn(num_nodes, tp.irreps_out.dim, generator=gen)
+    ref = conv_gather(x, y, w, graph, desc, False, basis=basis)
+    assert ref[-5:].abs().sum() == 0 and ref[:-5].abs().min() > 0
+    for others in (False, True):
+        gy, gw, gb, gx, out = conv_edge(x, y, w, g, graph, desc, others, others, basis,
+                                        others and factored, others, True)
+        assert rel_err(out, ref) < 1e-13
+        if others:
+            alone = conv_edge(x, y, w, g, graph, desc, True, True, basis, factored, True)
+            for a, b in zip((gy, gw, gb, gx), alone, strict=False):  # (threads' sums: order)
+                assert a.shape == b.shape and (a.numel() == 0 or rel_err(a, b) < 1e-13)
 
 
 def test_benchmark_convs_agree_with_mace():

@@ -342,6 +342,44 @@ inline int64_t tile_capacity(const std::vector<int64_t>& bounds, const int64_t* 
   return cap;
 }
 
+// Accumulates (source row, attribute row, weight row) items into one output row, applying them
+// four (or two, one) at a time so that each accumulator block is loaded and stored once per group.
+template <typename T>
+struct ItemSink {
+  const std::vector<Path<T>>& paths;
+  T* mats;  // 4 kMaxDim x kMaxDim scratch matrices
+  T* o = nullptr;
+  struct Src {
+    const T *s, *y, *w;
+  } group[4];
+  int k = 0;
+
+  void start(T* row, int64_t n) {
+    o = row;
+    std::fill(o, o + n, T(0));
+  }
+  void add(const T* s, const T* y, const T* w) {
+    group[k++] = {s, y, w};
+    if (k == 4) flush(4), k = 0;
+  }
+  void finish() {
+    if (k >= 2) flush(2), k -= 2, group[0] = group[2];
+    if (k == 1) flush(1);
+    k = 0;
+  }
+  void flush(int count) {
+    for (const auto& p : paths) {
+      Item<T> items[4];
+      for (int i = 0; i < count; ++i) {
+        T* m = mats + i * kMaxDim * kMaxDim;
+        edge_matrix(p, group[i].y, m);
+        items[i] = {group[i].s, group[i].w, m};
+      }
+      (count == 4 ? p.gather4 : count == 2 ? p.gather2 : p.gather1)(p, items, o);
+    }
+  }
+};
+
 template <typename T>
 void gather_kernel(const at::Tensor& src, const at::Tensor& attr, const Weights& weights,
                    const at::Tensor* attr2, const Weights* weights2,
@@ -373,30 +411,14 @@ void gather_kernel(const at::Tensor& src, const at::Tensor& attr, const Weights&
     WeightRows<T> rows1(weights, capacity);
     std::optional<WeightRows<T>> rows2;
     if (two) rows2.emplace(*weights2, capacity);
-    struct Src {
-      const T *s, *y, *w;
-    };
+    ItemSink<T> sink{paths, mats.data()};
 #pragma omp for schedule(dynamic, step)
     for (int64_t c = 0; c < n_chunks; ++c) {
       const int64_t q0 = row[bounds[c]];
       rows1.load(prm, q0, row[bounds[c + 1]], true);
       if (two) rows2->load(prm, q0, row[bounds[c + 1]], true);
       for (int64_t a = bounds[c]; a < bounds[c + 1]; ++a) {
-        T* o = o_ptr + a * o_stride;
-        std::fill(o, o + o_stride, T(0));
-        Src group[4];
-        int k = 0;
-        auto flush = [&](int count) {
-          for (const auto& p : paths) {
-            Item<T> items[4];
-            for (int i = 0; i < count; ++i) {
-              T* m = mats.data() + i * kMaxDim * kMaxDim;
-              edge_matrix(p, group[i].y, m);
-              items[i] = {group[i].s, group[i].w, m};
-            }
-            (count == 4 ? p.gather4 : count == 2 ? p.gather2 : p.gather1)(p, items, o);
-          }
-        };
+        sink.start(o_ptr + a * o_stride, o_stride);
         for (int64_t q = row[a]; q < row[a + 1]; ++q) {
           const int64_t e = prm[q];
           const T* s = s_ptr + idx[e] * s_stride;
@@ -405,12 +427,10 @@ void gather_kernel(const at::Tensor& src, const at::Tensor& attr, const Weights&
             if (two) prefetch_row(rows2->row(q + kAhead, q0, prm[q + kAhead]),
                                   weights2->weight.size(1));
           }
-          group[k++] = {s, y_ptr + e * y_stride, rows1.row(q, q0, e)};
-          if (two) group[k++] = {s, y2_ptr + e * y_stride, rows2->row(q, q0, e)};
-          if (k == 4) flush(4), k = 0;
+          sink.add(s, y_ptr + e * y_stride, rows1.row(q, q0, e));
+          if (two) sink.add(s, y2_ptr + e * y_stride, rows2->row(q, q0, e));
         }
-        if (k >= 2) flush(2), k -= 2, group[0] = group[2];
-        if (k == 1) flush(1);
+        sink.finish();
       }
     }
   }
@@ -419,7 +439,8 @@ void gather_kernel(const at::Tensor& src, const at::Tensor& attr, const Weights&
 template <typename T>
 void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& weights,
                  const at::Tensor& grad, const Graph& g, const std::vector<Path<T>>& paths,
-                 T* gy_ptr, at::Tensor* g_weight, at::Tensor* g_basis, at::Tensor* g_x) {
+                 T* gy_ptr, at::Tensor* g_weight, at::Tensor* g_basis, at::Tensor* g_x,
+                 at::Tensor* out) {
   const T* x_ptr = x.data_ptr<T>();
   const T* y_ptr = attr.data_ptr<T>();
   const T* g_ptr = grad.data_ptr<T>();
@@ -432,6 +453,7 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& wei
   const int64_t n_edges = attr.size(0);
   const int64_t w_dim = (factored ? weights.basis : weights.weight).size(1);
   const bool need_gw = g_weight != nullptr || g_basis != nullptr;
+  const bool need_h = gy_ptr != nullptr || need_gw || g_x != nullptr;  // (not for out alone)
   T* gw_ptr = g_weight && !factored ? g_weight->data_ptr<T>() : nullptr;
   int64_t h_size = 1;
   for (const auto& p : paths) h_size = std::max(h_size, p.h_off + p.in_dim * p.y_dim * p.mul);
@@ -448,7 +470,8 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& wei
 #pragma omp parallel num_threads(n_threads) if (threads)
   {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;  // the tiles' matmuls, per thread
-    std::vector<T> h(h_size);
+    std::vector<T> h(h_size), mats(4 * kMaxDim * kMaxDim);
+    ItemSink<T> sink{paths, mats.data()};
     WeightRows<T> rows(weights, capacity);
     at::Tensor gw_tile, gh_tile, basis_sum;
     if (factored && need_gw) gw_tile = at::empty({capacity, w_dim}, x.options());
@@ -460,10 +483,11 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& wei
     for (int64_t c = 0; c < n_chunks; ++c) {
       const int64_t q0 = row[bounds[c]], q1 = row[bounds[c + 1]];
       if (q0 == q1) continue;
-      rows.load(prm, q0, q1, gy_ptr != nullptr || g_x != nullptr);
+      rows.load(prm, q0, q1, gy_ptr != nullptr || g_x != nullptr || out != nullptr);
       for (int64_t r = bounds[c]; r < bounds[c + 1]; ++r) {
-        if (row[r] == row[r + 1]) continue;
-        receiver_h(paths, g_ptr + r * g_stride, h.data());
+        if (row[r] == row[r + 1]) continue;  // (out's rows are zeros already)
+        if (need_h) receiver_h(paths, g_ptr + r * g_stride, h.data());
+        if (out) sink.start(out->data_ptr<T>() + r * g_stride, g_stride);
         for (int64_t q = row[r]; q < row[r + 1]; ++q) {
           const int64_t e = prm[q];
           if (q + kAhead < n_edges) {
@@ -475,12 +499,15 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& wei
                   : factored ? gw_tile.data_ptr<T>() + (q - q0) * w_dim : gw_ptr + e * w_dim;
           if (gy) std::fill(gy, gy + y_stride, T(0));
           T* gx = gx_base ? gx_base + snd[e] * x_stride : nullptr;
-          const T* w = rows.row(q, q0, e);  // read for gy and gx only (a tile row is formed then)
+          const T* w = rows.row(q, q0, e);  // read for gy, gx, out only (a tile row is formed then)
           const int kind = (gy ? 1 : 0) | (gw ? 2 : 0) | (gx ? 4 : 0);
-          for (const auto& p : paths)
-            p.edge[kind](p, h.data() + p.h_off, x_ptr + snd[e] * x_stride, y_ptr + e * y_stride, w,
-                         gy, gw, gx);
+          if (kind)
+            for (const auto& p : paths)
+              p.edge[kind](p, h.data() + p.h_off, x_ptr + snd[e] * x_stride,
+                           y_ptr + e * y_stride, w, gy, gw, gx);
+          if (out) sink.add(x_ptr + snd[e] * x_stride, y_ptr + e * y_stride, w);
         }
+        if (out) sink.finish();
       }
       if (factored && need_gw) {  // the chunk's per-edge weight gradients, contracted
         const int64_t n = q1 - q0;
@@ -526,27 +553,29 @@ at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr, const 
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_cpu(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_cpu(
     const at::Tensor& x, const at::Tensor& edge_attr, const Weights& weights,
     const at::Tensor& grad, const Graph& graph, const Descriptor& desc, bool need_attr,
-    bool need_weight, bool need_basis, bool need_x) {
+    bool need_weight, bool need_basis, bool need_x, bool need_out) {
   const bool factored = weights.factored();
   need_basis = need_basis && factored;
   const auto none = [&] { return at::empty({0}, x.options()); };
+  at::Tensor out = need_out ? at::zeros_like(grad) : none();
   at::Tensor gy = need_attr ? at::empty_like(edge_attr) : none();
   // The paths' weight segments tile each row (checked by the caller): no zero fill needed.
   at::Tensor gw = need_weight ? at::empty_like(weights.weight) : none();
   at::Tensor gb = need_basis ? at::empty_like(weights.basis) : none();
   at::Tensor gx = need_x ? at::empty_like(x) : none();
-  if (!need_attr && !need_weight && !need_basis && !need_x) return {gy, gw, gb, gx};
+  if (!need_attr && !need_weight && !need_basis && !need_x && !need_out)
+    return {gy, gw, gb, gx, out};
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "channelwise_conv_edge", [&] {
     const auto paths = load_paths<scalar_t>(desc, false);
     edge_kernel<scalar_t>(x, edge_attr, weights, grad, graph, paths,
                           need_attr ? gy.data_ptr<scalar_t>() : nullptr,
                           need_weight ? &gw : nullptr, need_basis ? &gb : nullptr,
-                          need_x ? &gx : nullptr);
+                          need_x ? &gx : nullptr, need_out ? &out : nullptr);
   });
-  return {gy, gw, gb, gx};
+  return {gy, gw, gb, gx, out};
 }
 
 }  // namespace cfmtrain::conv

@@ -40,11 +40,12 @@ at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr, const 
 // senders): returns (d<grad, message>/d attr, d<grad, message>/d weight, d<grad, message>/d
 // basis, d<grad, message>/d x); for factored weights the weight slot is the hidden layer [E, K]
 // and the basis one [K, w_dim] is summed over edges; d x is the transposed gather, summed over
-// each sender's edges in the same receiver-ordered pass (per-thread sums). An output not asked
-// for is an empty tensor.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_cpu(
+// each sender's edges in the same receiver-ordered pass (per-thread sums); and the message
+// itself (gather_cpu of x), from the same weight rows. An output not asked for is an empty
+// tensor.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_cpu(
     const at::Tensor& x, const at::Tensor& edge_attr, const Weights& weights,
     const at::Tensor& grad, const Graph& graph, const Descriptor& desc, bool need_attr,
-    bool need_weight, bool need_basis, bool need_x);
+    bool need_weight, bool need_basis, bool need_x, bool need_out);
 
 }  // namespace cfmtrain::conv

@@ -169,15 +169,16 @@ def conv_gather(src: torch.Tensor, attr: torch.Tensor, weight: torch.Tensor, gra
 def conv_edge(x: torch.Tensor, attr: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor,
               graph: ConvGraph, desc: ConvDescriptor, need_attr: bool = True,
               need_weight: bool = True, basis: torch.Tensor | None = None,
-              need_basis: bool = False, need_x: bool = False
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+              need_basis: bool = False, need_x: bool = False, need_out: bool = False
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Edge-level slots: d<grad, message>/d attr (uses weight), d<grad, message>/d weight (uses
-    attr), for a factored weight d<grad, message>/d basis, and d<grad, message>/d x (the
-    transposed gather, in the same pass); an output not asked for is empty."""
+    attr), for a factored weight d<grad, message>/d basis; and, in the same pass, d<grad,
+    message>/d x (the transposed gather) and d<grad, message>/d grad (the message itself, the
+    gather of x); an output not asked for is empty."""
     return _OPS.channelwise_conv_edge(
         x.contiguous(), attr.contiguous(), weight.contiguous(), grad.contiguous(),
         None if basis is None else basis.contiguous(), *graph, *desc.args(), need_attr,
-        need_weight, need_basis, need_x)
+        need_weight, need_basis, need_x, need_out)
 
 
 def channelwise_conv(node_feats: torch.Tensor, edge_attrs: torch.Tensor, tp_weights: torch.Tensor,
@@ -204,12 +205,13 @@ def _gather_fake(src, attr, weight, attr2, weight2, basis, basis2, sender, recei
 @torch.library.register_fake("cfmtrain::channelwise_conv_edge")
 def _edge_fake(x, attr, weight, grad, basis, sender, receiver, recv_rowptr, recv_perm,
                send_rowptr, send_perm, paths, terms, coeffs, dims, need_attr, need_weight,
-               need_basis, need_x):
+               need_basis, need_x, need_out):
     need_basis = need_basis and basis is not None
     return (attr.new_empty(attr.shape if need_attr else (0,)),
             weight.new_empty(weight.shape if need_weight else (0,)),
             weight.new_empty(basis.shape if need_basis else (0,)),
-            x.new_empty(x.shape if need_x else (0,)))
+            x.new_empty(x.shape if need_x else (0,)),
+            grad.new_empty(grad.shape if need_out else (0,)))
 
 
 def _path_sizes(paths: torch.Tensor, transpose: bool = False) -> tuple[torch.Tensor, ...]:
@@ -240,27 +242,30 @@ def _gather_flops(src, attr, weight, attr2, weight2, basis, basis2, sender, rece
 @register_flop_formula(_OPS.channelwise_conv_edge, get_raw=True)
 def _edge_flops(x, attr, weight, grad, basis, sender, receiver, recv_rowptr, recv_perm,
                 send_rowptr, send_perm, paths, terms, coeffs, dims, need_attr, need_weight,
-                need_basis, need_x, out_val=None) -> int:
+                need_basis, need_x, need_out, out_val=None) -> int:
     """FLOPs the edge kernel executes (torch.utils.flop_counter): per receiver with edges, the
-    cotangent contracted with the CG terms (2 per term and channel); per edge and path
-    P_j = sum_a x_a H[a][j] (2 in y_dim channels) when a weight or attribute gradient is asked,
-    then y_j P_j into the weight gradient and <P_j, w> into the attribute gradient (2 y_dim
-    channels each); for d x, Q_a = sum_j y_j H[a][j] (2 in y_dim channels) and w Q_a (2 in
-    channels); a factored weight costs 2 K w_dim per edge for each of: the weight row (attribute
-    or x gradient), its gradient contracted into dH, the per-edge sum into dB."""
+    cotangent contracted with the CG terms (2 per term and channel) when an edge slot or x is
+    asked; per edge and path P_j = sum_a x_a H[a][j] (2 in y_dim channels) when a weight or
+    attribute gradient is asked, then y_j P_j into the weight gradient and <P_j, w> into the
+    attribute gradient (2 y_dim channels each); for d x, Q_a = sum_j y_j H[a][j] (2 in y_dim
+    channels) and w Q_a (2 in channels); for the message, the gather's work per edge; a factored
+    weight costs 2 K w_dim per edge for each of: the weight row (attribute, x or message), its
+    gradient contracted into dH, the per-edge sum into dB."""
     factored = basis is not None
     need_basis = need_basis and factored
     need_gw = need_weight or need_basis
-    if not (need_attr or need_gw or need_x):
+    if not (need_attr or need_gw or need_x or need_out):
         return 0
-    mul, d_in, _, y_dim, n_terms = _path_sizes(paths)
+    mul, d_in, d_out, y_dim, n_terms = _path_sizes(paths)
     receivers = int((recv_rowptr[1:] > recv_rowptr[:-1]).sum())
-    need_p = need_gw or need_attr
+    need_p, need_h = need_gw or need_attr, need_gw or need_attr or need_x
     per_edge = int((need_p * 2 * d_in * y_dim * mul + (need_gw + need_attr) * 2 * y_dim * mul
-                    + need_x * 2 * d_in * (y_dim + 1) * mul).sum())
+                    + need_x * 2 * d_in * (y_dim + 1) * mul
+                    + need_out * (2 * n_terms + d_in * mul + 2 * d_in * d_out * mul)).sum())
     if factored:
-        per_edge += ((need_attr or need_x) + need_weight + need_basis) * 2 * basis.numel()
-    return receivers * int((2 * n_terms * mul).sum()) + sender.numel() * per_edge
+        per_edge += ((need_attr or need_x or need_out) + need_weight + need_basis) \
+            * 2 * basis.numel()
+    return need_h * receivers * int((2 * n_terms * mul).sum()) + sender.numel() * per_edge
 
 
 def _setup(ctx, inputs: tuple, num_tensors: int) -> None:
@@ -304,8 +309,8 @@ def _gather_backward(ctx, grad):
     x, g = (grad, src) if transpose else (src, grad)
     for k, (y, w, b, kb) in ((1, (attr, weight, basis, 5)), (3, (attr2, weight2, basis2, 6))):
         if y is not None and (need[k] or need[k + 1] or need[kb]):
-            gy, gw, gb, gx = conv_edge(x, y, w, g, ctx.graph, ctx.desc, need[k], need[k + 1], b,
-                                       need[kb], need_x=fuse_x)
+            gy, gw, gb, gx, _ = conv_edge(x, y, w, g, ctx.graph, ctx.desc, need[k], need[k + 1],
+                                          b, need[kb], need_x=fuse_x)
             d[k], d[k + 1] = (gy if need[k] else None), (gw if need[k + 1] else None)
             d[kb] = gb if need[kb] else None  # never asked for a None basis
             if fuse_x:
@@ -313,64 +318,61 @@ def _gather_backward(ctx, grad):
     return tuple(d)
 
 
-def _edge_backward(ctx, a_attr, a_weight, a_basis, a_x):
-    """The edge op's outputs contracted with cotangents are the conv's form with one slot
-    replaced: <a_attr, gy> + <a_weight, gw> + <a_basis, gb> + <a_x, gx> = F(attr=a_attr) +
-    F(W=a_W) + F(x=a_x), where a_W = a_weight (stored weights) or a_weight @ basis + weight @
-    a_basis (factored ones, itself factored: [a_weight | weight] @ [basis; a_basis])."""
+_EDGE_SLOT = {"x": 0, "attr": 1, "weight": 2, "out": 3, "basis": 4}  # edge op input per slot
+
+
+def _edge_backward(ctx, a_attr, a_weight, a_basis, a_x, a_out):
+    """The edge op's outputs contracted with cotangents are conv forms <g', F(x', attr', W')>,
+    each with one slot of <g, F(x, attr, W)> replaced: F(x=a_x), F(attr=a_attr), F(W=a_W) and,
+    for the message output, g = a_out; a_W = a_weight (stored weights) or a_weight @ basis +
+    weight @ a_basis (factored, itself factored: [a_weight | weight] @ [basis; a_basis]). Each
+    form is one edge pass, which gives every slot of it that holds an input of the op (the
+    gather's slots x and g from the weight rows the pass forms anyway)."""
     x, attr, weight, g, basis = saved = ctx.saved_tensors
-    need_attr_out, need_weight_out, need_basis_out, need_x_out = ctx.flags
-    a_attr = a_attr if need_attr_out else None
-    a_weight = a_weight if need_weight_out else None
-    a_basis = a_basis if need_basis_out and basis is not None else None
-    a_x = a_x if need_x_out else None
+    asked = (a_attr, a_weight, a_basis, a_x, a_out)
+    a_attr, a_weight, a_basis, a_x, a_out = (a if flag else None
+                                             for a, flag in zip(asked, ctx.flags, strict=True))
+    if basis is None:
+        a_basis = None
     need = _reached(ctx, saved)
     d = [None] * ctx.num_inputs
-    if a_x is not None:  # F(x=a_x): a conv of a_x, so a gather for grad and an edge pass
-        if need[3]:
-            d[3] = conv_gather(a_x, attr, weight, ctx.graph, ctx.desc, False, basis=basis)
-        if need[1] or need[2] or need[4]:
-            gy, gw, gb, _ = conv_edge(a_x, attr, weight, g, ctx.graph, ctx.desc, need[1],
-                                      need[2], basis, need[4])
-            d[1], d[2], d[4] = (gy if need[1] else None), (gw if need[2] else None), \
-                (gb if need[4] else None)
-    # Pairs (attr, weight, basis) whose conv forms sum to the contracted outputs.
-    first = (a_attr, weight, basis) if a_attr is not None else None
-    if basis is None or a_basis is None:
-        second = (attr, a_weight, basis) if a_weight is not None else None
-    elif a_weight is None:
-        second = (attr, weight, a_basis)
-    else:
-        second = (attr, torch.cat([a_weight, weight], 1), torch.cat([basis, a_basis], 0))
-    pairs = [p for p in (first, second) if p is not None]
-    if not pairs:
-        return tuple(d)
-    flat = {} if len(pairs) == 1 else {"attr2": pairs[1][0], "weight2": pairs[1][1],
-                                       "basis2": pairs[1][2]}
-    if need[0]:
-        d[0] = conv_gather(g, *pairs[0][:2], ctx.graph, ctx.desc, True, basis=pairs[0][2], **flat)
-    if need[3]:
-        d[3] = _add(d[3], conv_gather(x, *pairs[0][:2], ctx.graph, ctx.desc, False,
-                                      basis=pairs[0][2], **flat))
     k = weight.shape[1]
-    if first is not None and (need[2] or need[4]):  # d weight, d basis with a_attr in the attr slot
-        _, gw, gb, _ = conv_edge(x, a_attr, weight, g, ctx.graph, ctx.desc, False, need[2], basis,
-                                 need[4])
-        d[2], d[4] = _add(d[2], gw if need[2] else None), _add(d[4], gb if need[4] else None)
-    if second is not None:
-        # d attr: the second form's attribute slot; factored, its weight slot's gradient gives
-        # d weight through a_basis and its basis slot's gives d basis through a_weight.
-        want_w = bool(need[2] and a_basis is not None)
-        want_b = bool(need[4] and a_weight is not None)
-        if need[1] or want_w or want_b:
-            gy, gw, gb, _ = conv_edge(x, *second[:2], g, ctx.graph, ctx.desc, need[1], want_w,
-                                      second[2], want_b)
-            if need[1]:
-                d[1] = _add(d[1], gy)
-            if want_w:
-                d[2] = _add(d[2], gw[:, k:] if a_weight is not None else gw)
-            if want_b:
-                d[4] = _add(d[4], gb[:k] if a_basis is not None else gb)
+    # (x, attr, weight, basis, grad) of each form, and its slots that hold inputs of the op
+    forms = []
+    if a_x is not None:
+        forms.append(((a_x, attr, weight, basis, g), ("attr", "weight", "basis", "out")))
+    if a_attr is not None:
+        forms.append(((x, a_attr, weight, basis, g), ("x", "weight", "basis", "out")))
+    if a_out is not None:
+        forms.append(((x, attr, weight, basis, a_out), ("x", "attr", "weight", "basis")))
+    second = ("x", "attr", "weight", "basis", "out")  # F(W=a_W), its weight slots below
+    if basis is None or a_basis is None:
+        if a_weight is not None:
+            forms.append(((x, attr, a_weight, basis, g), second))
+    elif a_weight is None:
+        forms.append(((x, attr, weight, a_basis, g), second))
+    else:
+        forms.append(((x, attr, torch.cat([a_weight, weight], 1), torch.cat([basis, a_basis], 0),
+                       g), second))
+    for (xf, yf, wf, bf, gf), slots in forms:
+        ask = {name: need[_EDGE_SLOT[name]] for name in slots}
+        if slots is second:
+            # a_W stored: no weight slot; factored: its weight slot gives d weight through
+            # a_basis and its basis slot d basis through a_weight (halves of the concatenated
+            # form's slots)
+            ask["weight"] = ask["weight"] and a_basis is not None
+            ask["basis"] = ask["basis"] and a_weight is not None and bf is not None
+        if not any(ask.values()):
+            continue
+        gy, gw, gb, gx, out = conv_edge(xf, yf, wf, gf, ctx.graph, ctx.desc, ask.get("attr", False),
+                                        ask.get("weight", False), bf, ask.get("basis", False),
+                                        ask.get("x", False), ask.get("out", False))
+        if slots is second and a_weight is not None and a_basis is not None:
+            gw, gb = gw[:, k:], gb[:k]
+        got = {"attr": gy, "weight": gw, "basis": gb, "x": gx, "out": out}
+        for name in slots:
+            if ask[name]:
+                d[_EDGE_SLOT[name]] = _add(d[_EDGE_SLOT[name]], got[name])
     return tuple(d)
 
 
