@@ -117,9 +117,7 @@ Weights check_weights(const at::Tensor& weight, const std::optional<at::Tensor>&
 }
 
 at::Tensor gather(const at::Tensor& src, const at::Tensor& edge_attr,
-                  const at::Tensor& edge_weight, const std::optional<at::Tensor>& edge_attr2,
-                  const std::optional<at::Tensor>& edge_weight2,
-                  const std::optional<at::Tensor>& basis, const std::optional<at::Tensor>& basis2,
+                  const at::Tensor& edge_weight, const std::optional<at::Tensor>& basis,
                   const at::Tensor& sender, const at::Tensor& receiver,
                   const at::Tensor& recv_rowptr, const at::Tensor& recv_perm,
                   const at::Tensor& send_rowptr, const at::Tensor& send_perm,
@@ -132,23 +130,12 @@ at::Tensor gather(const at::Tensor& src, const at::Tensor& edge_attr,
   const int64_t n_edges = edge_attr.size(0);
   const Weights weights =
       check_weights(edge_weight, basis, "edge_weight", "basis", n_edges, dims[2], dtype);
-  TORCH_CHECK(edge_attr2.has_value() == edge_weight2.has_value(),
-              "channelwise_conv: give edge_attr2 and edge_weight2 together");
-  TORCH_CHECK(edge_attr2.has_value() || !basis2.has_value(),
-              "channelwise_conv: basis2 without edge_weight2");
-  std::optional<Weights> weights2;
-  if (edge_attr2.has_value()) {
-    check_floats(*edge_attr2, "edge_attr2", n_edges, dims[1], dtype);
-    weights2 = check_weights(*edge_weight2, basis2, "edge_weight2", "basis2", n_edges, dims[2],
-                             dtype);
-  }
   const Graph graph = check_graph(sender, receiver, recv_rowptr, recv_perm, send_rowptr,
                                   send_perm, n_edges);
   const int64_t n_source = (transpose ? recv_rowptr : send_rowptr).size(0) - 1;
   TORCH_CHECK(src.size(0) == n_source, "channelwise_conv: src must have ", n_source,
               " rows (one per node), got ", src.size(0));
-  return gather_cpu(src, edge_attr, weights, edge_attr2 ? &*edge_attr2 : nullptr,
-                    weights2 ? &*weights2 : nullptr, graph, desc, transpose);
+  return gather_cpu(src, edge_attr, weights, graph, desc, transpose);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge(
@@ -178,10 +165,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge(
 TORCH_LIBRARY_FRAGMENT(cfmtrain, m) {
   m.def(
       "channelwise_conv_gather(Tensor src, Tensor edge_attr, Tensor edge_weight, "
-      "Tensor? edge_attr2, Tensor? edge_weight2, Tensor? basis, Tensor? basis2, Tensor sender, "
-      "Tensor receiver, Tensor recv_rowptr, Tensor recv_perm, Tensor send_rowptr, "
-      "Tensor send_perm, Tensor paths, Tensor terms, Tensor coeffs, int[] dims, "
-      "bool transpose) -> Tensor");
+      "Tensor? basis, Tensor sender, Tensor receiver, Tensor recv_rowptr, Tensor recv_perm, "
+      "Tensor send_rowptr, Tensor send_perm, Tensor paths, Tensor terms, Tensor coeffs, "
+      "int[] dims, bool transpose) -> Tensor");
   m.def(
       "channelwise_conv_edge(Tensor x, Tensor edge_attr, Tensor edge_weight, Tensor grad, "
       "Tensor? basis, Tensor sender, Tensor receiver, Tensor recv_rowptr, Tensor recv_perm, "

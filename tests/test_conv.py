@@ -182,13 +182,10 @@ def test_opcheck_schemas_fake_and_autograd_registrations(float64_default):
     b, b2 = (torch.randn(k, tp.weight_numel).requires_grad_() for k in (3, 5))
     ops = torch.ops.cfmtrain
     for op, args in (
-        (ops.channelwise_conv_gather, (x, y, w, None, None, None, None, *graph, *desc.args(),
-                                       False)),
-        (ops.channelwise_conv_gather, (g, y, w, y, w, None, None, *graph, *desc.args(), True)),
-        (ops.channelwise_conv_gather, (x, y, h, None, None, b, None, *graph, *desc.args(),
-                                       False)),
-        (ops.channelwise_conv_gather, (g, y, h, y, h2, b, b2, *graph, *desc.args(), True)),
-        (ops.channelwise_conv_gather, (g, y, w, y, h2, None, b2, *graph, *desc.args(), True)),
+        (ops.channelwise_conv_gather, (x, y, w, None, *graph, *desc.args(), False)),
+        (ops.channelwise_conv_gather, (g, y, w, None, *graph, *desc.args(), True)),
+        (ops.channelwise_conv_gather, (x, y, h, b, *graph, *desc.args(), False)),
+        (ops.channelwise_conv_gather, (g, y, h2, b2, *graph, *desc.args(), True)),
         # need attr, weight, basis, x, out (the message from the edge pass)
         *((ops.channelwise_conv_edge, (x, y, wt, g, basis, *graph, *desc.args(), *flags))
           for wt, basis, flags in (
@@ -437,9 +434,9 @@ def test_fuse_keeps_state_dict_and_unfuse_restores_mace(float64_default):
 @pytest.mark.parametrize("factored", [False, True], ids=["stored", "factored"])
 @pytest.mark.parametrize("transpose", [False, True])
 def test_ops_gradcheck_to_third_order(float64_default, transpose, factored):
-    """Each op alone (the gather with a second edge pair, the edge op), so that the derivatives
-    used only in double backward are themselves checked to second order; factored: the weights
-    are hidden @ basis (two different hidden widths in the gather's two pairs)."""
+    """Each op alone (the gather either way, the edge op with every output), so that the
+    derivatives used only in double backward are themselves checked to second order; factored:
+    the weights are hidden @ basis."""
     from cfmtrain.kernels.conv import conv_edge, conv_gather
 
     tp = make_tp("2x0e+2x1o", 2)
@@ -450,20 +447,19 @@ def test_ops_gradcheck_to_third_order(float64_default, transpose, factored):
     src, g = (torch.randn(4, d, generator=gen).requires_grad_()
               for d in (src_dim, tp.irreps_out.dim))
     x = torch.randn(4, tp.irreps_in1.dim, generator=gen).requires_grad_()
-    y, y2 = (torch.randn(6, 9, generator=gen).requires_grad_() for _ in range(2))
-    widths = (3, 4) if factored else (tp.weight_numel,) * 2
-    w, w2 = (torch.randn(6, k, generator=gen).requires_grad_() for k in widths)
-    b, b2 = (torch.randn(k, tp.weight_numel, generator=gen).requires_grad_() for k in widths)
+    y = torch.randn(6, 9, generator=gen).requires_grad_()
+    width = 3 if factored else tp.weight_numel
+    w = torch.randn(6, width, generator=gen).requires_grad_()
+    b = torch.randn(width, tp.weight_numel, generator=gen).requires_grad_()
 
-    def gather2(src, y, w, y2, w2, b, b2):
-        return conv_gather(src, y, w, graph, desc, transpose, y2, w2, *((b, b2) if factored
-                                                                        else ()))
+    def gather(src, y, w, b):
+        return conv_gather(src, y, w, graph, desc, transpose, b if factored else None)
 
     def edge(x, y, w, g, b):  # every output: the transposed gather and the message included
         return conv_edge(x, y, w, g, graph, desc, basis=b if factored else None,
                          need_basis=True, need_x=True, need_out=True)
 
-    for f, inputs in ((gather2, (src, y, w, y2, w2, b, b2)), (edge, (x, y, w, g, b))):
+    for f, inputs in ((gather, (src, y, w, b)), (edge, (x, y, w, g, b))):
         assert torch.autograd.gradcheck(f, inputs, fast_mode=True)
         assert torch.autograd.gradgradcheck(f, inputs, fast_mode=True)
 

@@ -382,53 +382,40 @@ struct ItemSink {
 
 template <typename T>
 void gather_kernel(const at::Tensor& src, const at::Tensor& attr, const Weights& weights,
-                   const at::Tensor* attr2, const Weights* weights2,
                    const at::Tensor& source_index, const at::Tensor& rowptr,
                    const at::Tensor& perm, const std::vector<Path<T>>& paths, at::Tensor& out) {
   const T* s_ptr = src.data_ptr<T>();
   const T* y_ptr = attr.data_ptr<T>();
-  const T* y2_ptr = attr2 ? attr2->data_ptr<T>() : nullptr;
   const int64_t* idx = source_index.data_ptr<int64_t>();
   const int64_t* row = rowptr.data_ptr<int64_t>();
   const int64_t* prm = perm.data_ptr<int64_t>();
   T* o_ptr = out.data_ptr<T>();
   const int64_t s_stride = src.size(1), y_stride = attr.size(1);
   const int64_t o_stride = out.size(1), n_target = out.size(0);
-  const bool two = attr2 != nullptr;
-  const bool factored = weights.factored() || (two && weights2->factored());
+  const bool factored = weights.factored();
   const int64_t n_edges = perm.size(0);
   const auto bounds = chunk_bounds(row, n_target, factored ? kChunkEdges : 1);
   const int64_t n_chunks = static_cast<int64_t>(bounds.size()) - 1;
   const int64_t capacity = tile_capacity(bounds, row);
   const int64_t step = factored ? 1 : 4;
 
-  // Items: (source, attr, weight) of the receiver's edges, two per edge with a second pair;
-  // they are applied four (or two, one) at a time.
 #pragma omp parallel num_threads(at::get_num_threads()) if (worth_threads(paths, perm.size(0)))
   {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;  // the tiles' matmuls, per thread
     std::vector<T> mats(4 * kMaxDim * kMaxDim);
-    WeightRows<T> rows1(weights, capacity);
-    std::optional<WeightRows<T>> rows2;
-    if (two) rows2.emplace(*weights2, capacity);
+    WeightRows<T> rows(weights, capacity);
     ItemSink<T> sink{paths, mats.data()};
 #pragma omp for schedule(dynamic, step)
     for (int64_t c = 0; c < n_chunks; ++c) {
       const int64_t q0 = row[bounds[c]];
-      rows1.load(prm, q0, row[bounds[c + 1]], true);
-      if (two) rows2->load(prm, q0, row[bounds[c + 1]], true);
+      rows.load(prm, q0, row[bounds[c + 1]], true);
       for (int64_t a = bounds[c]; a < bounds[c + 1]; ++a) {
         sink.start(o_ptr + a * o_stride, o_stride);
         for (int64_t q = row[a]; q < row[a + 1]; ++q) {
           const int64_t e = prm[q];
-          const T* s = s_ptr + idx[e] * s_stride;
-          if (q + kAhead < n_edges && !factored) {
-            prefetch_row(rows1.row(q + kAhead, q0, prm[q + kAhead]), weights.weight.size(1));
-            if (two) prefetch_row(rows2->row(q + kAhead, q0, prm[q + kAhead]),
-                                  weights2->weight.size(1));
-          }
-          sink.add(s, y_ptr + e * y_stride, rows1.row(q, q0, e));
-          if (two) sink.add(s, y2_ptr + e * y_stride, rows2->row(q, q0, e));
+          if (q + kAhead < n_edges && !factored)
+            prefetch_row(rows.row(q + kAhead, q0, prm[q + kAhead]), weights.weight.size(1));
+          sink.add(s_ptr + idx[e] * s_stride, y_ptr + e * y_stride, rows.row(q, q0, e));
         }
         sink.finish();
       }
@@ -538,8 +525,7 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& wei
 }  // namespace
 
 at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr, const Weights& weights,
-                      const at::Tensor* edge_attr2, const Weights* weights2, const Graph& graph,
-                      const Descriptor& desc, bool transpose) {
+                      const Graph& graph, const Descriptor& desc, bool transpose) {
   const at::Tensor& rowptr = transpose ? graph.send_rowptr : graph.recv_rowptr;
   const at::Tensor& perm = transpose ? graph.send_perm : graph.recv_perm;
   const at::Tensor& source_index = transpose ? graph.receiver : graph.sender;
@@ -547,8 +533,7 @@ at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr, const 
   at::Tensor out = at::empty({rowptr.size(0) - 1, out_dim}, src.options());
   AT_DISPATCH_FLOATING_TYPES(src.scalar_type(), "channelwise_conv_gather", [&] {
     const auto paths = load_paths<scalar_t>(desc, transpose);
-    gather_kernel<scalar_t>(src, edge_attr, weights, edge_attr2, weights2, source_index, rowptr,
-                            perm, paths, out);
+    gather_kernel<scalar_t>(src, edge_attr, weights, source_index, rowptr, perm, paths, out);
   });
   return out;
 }

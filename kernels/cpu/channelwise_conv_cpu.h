@@ -31,10 +31,8 @@ struct Weights {
 // Node-level contraction. transpose=false: message[r] = sum_{e->r} TP(src[sender[e]], attr[e],
 // weight[e]) over the receiver CSR. transpose=true: the adjoint w.r.t. the node features,
 // src is a message-shaped tensor at receivers and the result is feature-shaped at senders.
-// With attr2/weights2 (both or neither), TP(src, attr2, weight2) is added in the same pass.
 at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr, const Weights& weights,
-                      const at::Tensor* edge_attr2, const Weights* weights2, const Graph& graph,
-                      const Descriptor& desc, bool transpose);
+                      const Graph& graph, const Descriptor& desc, bool transpose);
 
 // Edge-level contraction with grad (message-shaped, at receivers) and x (feature-shaped, at
 // senders): returns (d<grad, message>/d attr, d<grad, message>/d weight, d<grad, message>/d

@@ -152,18 +152,13 @@ def conv_graph(edge_index: torch.Tensor, num_nodes: int) -> ConvGraph:
 
 
 def conv_gather(src: torch.Tensor, attr: torch.Tensor, weight: torch.Tensor, graph: ConvGraph,
-                desc: ConvDescriptor, transpose: bool, attr2: torch.Tensor | None = None,
-                weight2: torch.Tensor | None = None, basis: torch.Tensor | None = None,
-                basis2: torch.Tensor | None = None) -> torch.Tensor:
-    """Node-level slot of the conv (ir_mul layout): the message, or its adjoint w.r.t. x;
-    with (attr2, weight2) the conv with those edge factors is added in the same pass. With a
+                desc: ConvDescriptor, transpose: bool, basis: torch.Tensor | None = None
+                ) -> torch.Tensor:
+    """Node-level slot of the conv (ir_mul layout): the message, or its adjoint w.r.t. x. With a
     `basis` [K, w_dim] the weight is factored: `weight` [E, K] @ basis, formed in the kernel."""
-    if attr2 is not None:
-        attr2, weight2 = attr2.contiguous(), weight2.contiguous()
-    basis, basis2 = (None if b is None else b.contiguous() for b in (basis, basis2))
     return _OPS.channelwise_conv_gather(src.contiguous(), attr.contiguous(), weight.contiguous(),
-                                        attr2, weight2, basis, basis2, *graph, *desc.args(),
-                                        transpose)
+                                        None if basis is None else basis.contiguous(), *graph,
+                                        *desc.args(), transpose)
 
 
 def conv_edge(x: torch.Tensor, attr: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor,
@@ -196,8 +191,8 @@ def channelwise_conv(node_feats: torch.Tensor, edge_attrs: torch.Tensor, tp_weig
 
 
 @torch.library.register_fake("cfmtrain::channelwise_conv_gather")
-def _gather_fake(src, attr, weight, attr2, weight2, basis, basis2, sender, receiver, recv_rowptr,
-                 recv_perm, send_rowptr, send_perm, paths, terms, coeffs, dims, transpose):
+def _gather_fake(src, attr, weight, basis, sender, receiver, recv_rowptr, recv_perm, send_rowptr,
+                 send_perm, paths, terms, coeffs, dims, transpose):
     rows = (send_rowptr if transpose else recv_rowptr).shape[0] - 1
     return src.new_empty((rows, dims[0] if transpose else dims[3]))
 
@@ -223,20 +218,14 @@ def _path_sizes(paths: torch.Tensor, transpose: bool = False) -> tuple[torch.Ten
 
 
 @register_flop_formula(_OPS.channelwise_conv_gather, get_raw=True)
-def _gather_flops(src, attr, weight, attr2, weight2, basis, basis2, sender, receiver, recv_rowptr,
-                  recv_perm, send_rowptr, send_perm, paths, terms, coeffs, dims, transpose,
-                  out_val=None) -> int:
-    """FLOPs the gather kernel executes (torch.utils.flop_counter), per edge and (attr, weight)
-    pair: per path the edge's matrix M = C . y (2 per CG term), the source row times the weight
-    (in x channels) and M applied to it (2 in out channels); a factored pair forms its weight
-    row (2 K w_dim)."""
+def _gather_flops(src, attr, weight, basis, sender, receiver, recv_rowptr, recv_perm, send_rowptr,
+                  send_perm, paths, terms, coeffs, dims, transpose, out_val=None) -> int:
+    """FLOPs the gather kernel executes (torch.utils.flop_counter), per edge: per path the edge's
+    matrix M = C . y (2 per CG term), the source row times the weight (in x channels) and M
+    applied to it (2 in out channels); a factored weight forms its row (2 K w_dim)."""
     mul, d_in, d_out, _, n_terms = _path_sizes(paths, transpose)
     per_edge = int((2 * n_terms + d_in * mul + 2 * d_in * d_out * mul).sum())
-    total = 0
-    for w, b in ((weight, basis), (weight2, basis2)):
-        if w is not None:
-            total += per_edge + (2 * b.shape[0] * b.shape[1] if b is not None else 0)
-    return sender.numel() * total
+    return sender.numel() * (per_edge + (2 * basis.numel() if basis is not None else 0))
 
 
 @register_flop_formula(_OPS.channelwise_conv_edge, get_raw=True)
@@ -296,25 +285,26 @@ def _gather_backward(ctx, grad):
     none = (None,) * ctx.num_inputs
     if grad is None:
         return none
-    src, attr, weight, attr2, weight2, basis, basis2 = saved = ctx.saved_tensors
+    src, attr, weight, basis = saved = ctx.saved_tensors
     (transpose,) = ctx.flags
     need = _reached(ctx, saved)
     d = list(none)
-    # A one-pair conv whose edge slots are asked too gets d src from the same edge pass (one
-    # weight-row formation and one traversal fewer); else from the transposed gather.
-    fuse_x = bool(need[0] and not transpose and attr2 is None and (need[1] or need[2] or need[5]))
-    if need[0] and not fuse_x:
-        d[0] = conv_gather(grad, attr, weight, ctx.graph, ctx.desc, not transpose, attr2, weight2,
-                           basis, basis2)
-    x, g = (grad, src) if transpose else (src, grad)
-    for k, (y, w, b, kb) in ((1, (attr, weight, basis, 5)), (3, (attr2, weight2, basis2, 6))):
-        if y is not None and (need[k] or need[k + 1] or need[kb]):
-            gy, gw, gb, gx, _ = conv_edge(x, y, w, g, ctx.graph, ctx.desc, need[k], need[k + 1],
-                                          b, need[kb], need_x=fuse_x)
-            d[k], d[k + 1] = (gy if need[k] else None), (gw if need[k + 1] else None)
-            d[kb] = gb if need[kb] else None  # never asked for a None basis
-            if fuse_x:
-                d[0] = gx
+    # With an edge slot asked too, d src comes from the same edge pass (one weight-row
+    # formation and one traversal fewer): its sender slot, or for the transposed gather its
+    # message; else from the gather in the other direction.
+    edge_slots = bool(need[1] or need[2] or need[3])
+    fuse = bool(need[0] and edge_slots)
+    if need[0] and not fuse:
+        d[0] = conv_gather(grad, attr, weight, ctx.graph, ctx.desc, not transpose, basis)
+    if edge_slots:
+        x, g = (grad, src) if transpose else (src, grad)
+        gy, gw, gb, gx, out = conv_edge(x, attr, weight, g, ctx.graph, ctx.desc, need[1],
+                                        need[2], basis, need[3], need_x=fuse and not transpose,
+                                        need_out=fuse and transpose)
+        d[1], d[2] = (gy if need[1] else None), (gw if need[2] else None)
+        d[3] = gb if need[3] else None  # never asked for a None basis
+        if fuse:
+            d[0] = out if transpose else gx
     return tuple(d)
 
 
@@ -382,7 +372,7 @@ def _add(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
 
 torch.library.register_autograd(
     "cfmtrain::channelwise_conv_gather", _gather_backward,
-    setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 7))
+    setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 4))
 torch.library.register_autograd(
     "cfmtrain::channelwise_conv_edge", _edge_backward,
     setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 5))
