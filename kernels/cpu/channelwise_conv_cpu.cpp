@@ -469,10 +469,18 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& wei
 #pragma omp for schedule(dynamic, step)
     for (int64_t c = 0; c < n_chunks; ++c) {
       const int64_t q0 = row[bounds[c]], q1 = row[bounds[c + 1]];
-      if (q0 == q1) continue;
+      if (q0 == q1) {  // receivers without edges: a zero message
+        if (out)
+          std::fill_n(out->data_ptr<T>() + bounds[c] * g_stride,
+                      (bounds[c + 1] - bounds[c]) * g_stride, T(0));
+        continue;
+      }
       rows.load(prm, q0, q1, gy_ptr != nullptr || g_x != nullptr || out != nullptr);
       for (int64_t r = bounds[c]; r < bounds[c + 1]; ++r) {
-        if (row[r] == row[r + 1]) continue;  // (out's rows are zeros already)
+        if (row[r] == row[r + 1]) {
+          if (out) std::fill_n(out->data_ptr<T>() + r * g_stride, g_stride, T(0));
+          continue;
+        }
         if (need_h) receiver_h(paths, g_ptr + r * g_stride, h.data());
         if (out) sink.start(out->data_ptr<T>() + r * g_stride, g_stride);
         for (int64_t q = row[r]; q < row[r + 1]; ++q) {
@@ -545,7 +553,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_cpu(
   const bool factored = weights.factored();
   need_basis = need_basis && factored;
   const auto none = [&] { return at::empty({0}, x.options()); };
-  at::Tensor out = need_out ? at::zeros_like(grad) : none();
+  at::Tensor out = need_out ? at::empty_like(grad) : none();  // every row written
   at::Tensor gy = need_attr ? at::empty_like(edge_attr) : none();
   // The paths' weight segments tile each row (checked by the caller): no zero fill needed.
   at::Tensor gw = need_weight ? at::empty_like(weights.weight) : none();
