@@ -4,7 +4,8 @@ harmonics x per-edge radial weights, gathered from senders and summed into recei
 The conv is a 4-linear form <g, TP(x, Y, W)> summed over edges; each derivative leaves one slot open
 and is again one of two compiled ops: `channelwise_conv_gather` (a node slot open: the message
 over the receiver CSR, or its adjoint w.r.t. x over the sender CSR) and `channelwise_conv_edge`
-(the attribute and weight slots open, per edge). So every order of derivative runs these kernels.
+(the attribute and weight slots open, per edge, and from the same pass the node slots too). So
+every order of derivative runs these kernels.
 """
 
 from __future__ import annotations
