@@ -328,26 +328,27 @@ def _edge_backward(ctx, a_attr, a_weight, a_basis, a_x, a_out):
     need = _reached(ctx, saved)
     d = [None] * ctx.num_inputs
     k = weight.shape[1]
-    # (x, attr, weight, basis, grad) of each form, and its slots that hold inputs of the op
+    # (x, attr, weight, basis, grad) of each form, its slots that hold inputs of the op, and
+    # whether it is F(W=a_W)
     forms = []
     if a_x is not None:
-        forms.append(((a_x, attr, weight, basis, g), ("attr", "weight", "basis", "out")))
+        forms.append(((a_x, attr, weight, basis, g), ("attr", "weight", "basis", "out"), False))
     if a_attr is not None:
-        forms.append(((x, a_attr, weight, basis, g), ("x", "weight", "basis", "out")))
+        forms.append(((x, a_attr, weight, basis, g), ("x", "weight", "basis", "out"), False))
     if a_out is not None:
-        forms.append(((x, attr, weight, basis, a_out), ("x", "attr", "weight", "basis")))
-    second = ("x", "attr", "weight", "basis", "out")  # F(W=a_W), its weight slots below
+        forms.append(((x, attr, weight, basis, a_out), ("x", "attr", "weight", "basis"), False))
+    w_slots = ("x", "attr", "weight", "basis", "out")  # F(W=a_W): its weight slots below
     if basis is None or a_basis is None:
         if a_weight is not None:
-            forms.append(((x, attr, a_weight, basis, g), second))
+            forms.append(((x, attr, a_weight, basis, g), w_slots, True))
     elif a_weight is None:
-        forms.append(((x, attr, weight, a_basis, g), second))
+        forms.append(((x, attr, weight, a_basis, g), w_slots, True))
     else:
         forms.append(((x, attr, torch.cat([a_weight, weight], 1), torch.cat([basis, a_basis], 0),
-                       g), second))
-    for (xf, yf, wf, bf, gf), slots in forms:
+                       g), w_slots, True))
+    for (xf, yf, wf, bf, gf), slots, weight_form in forms:
         ask = {name: need[_EDGE_SLOT[name]] for name in slots}
-        if slots is second:
+        if weight_form:
             # a_W stored: no weight slot; factored: its weight slot gives d weight through
             # a_basis and its basis slot d basis through a_weight (halves of the concatenated
             # form's slots)
@@ -358,7 +359,7 @@ def _edge_backward(ctx, a_attr, a_weight, a_basis, a_x, a_out):
         gy, gw, gb, gx, out = conv_edge(xf, yf, wf, gf, ctx.graph, ctx.desc, ask.get("attr", False),
                                         ask.get("weight", False), bf, ask.get("basis", False),
                                         ask.get("x", False), ask.get("out", False))
-        if slots is second and a_weight is not None and a_basis is not None:
+        if weight_form and a_weight is not None and a_basis is not None:
             gw, gb = gw[:, k:], gb[:k]
         got = {"attr": gy, "weight": gw, "basis": gb, "x": gx, "out": out}
         for name in slots:
