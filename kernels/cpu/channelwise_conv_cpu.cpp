@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 #include <type_traits>
 #include <vector>
 
