@@ -118,6 +118,24 @@ def test_factored_edge_counts_each_weight_matmul(tp):
     assert "cfmtrain.channelwise_conv_gather" not in counter.per_op  # x came from the edge pass
 
 
+def test_edge_message_counts_the_gather_work(tp):
+    """The edge op's message output alone is the gather's work per edge (and, factored, one
+    weight-row formation), with no per-receiver contraction of the cotangent."""
+    from cfmtrain.kernels.conv import conv_edge
+
+    desc, graph = conv_descriptor(tp), conv_graph(EDGES, NODES)
+    x, y, w = inputs(tp)
+    g = torch.randn(NODES, tp.irreps_out.dim, dtype=torch.float64)
+    edges = EDGES.shape[1]
+    assert count_flops(lambda: conv_edge(x, y, w, g, graph, desc, False, False,
+                                         need_out=True)) == edges * gather_per_edge(tp)
+    h = inputs(tp, hidden=4)[2]
+    basis = torch.randn(4, tp.weight_numel, dtype=torch.float64)
+    assert count_flops(lambda: conv_edge(x, y, h, g, graph, desc, False, False, basis,
+                                         need_out=True)) == \
+        edges * (gather_per_edge(tp) + 2 * basis.numel())
+
+
 def test_contraction_counts_every_derivative_order():
     """The symmetric contraction's forward: (factors + 1) per term, row and channel, from the
     descriptors' own term lists; a double backward runs the backward and double-backward
