@@ -188,18 +188,24 @@ def test_prefetch_thread_and_workers_give_the_same_batches(union):
         for a, b in zip(got, inline, strict=True):
             assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert store_arrays(union) is store_arrays(union)  # one copy of the arrays per store
-    before = threading.active_count()
+    # Compare thread identities, not counts: the worker loader's queue-feeder threads may
+    # still be ending on their own while this runs.
+    before = set(threading.enumerate())
     iterator = iter(make_loader(dataset, batches))
     next(iterator)
+    started = set(threading.enumerate()) - before
+    assert [t.name for t in started] == ["cfmtrain-prefetch"]
     iterator.close()
-    assert threading.active_count() == before  # close() returns once the thread has stopped
+    assert not any(t.is_alive() for t in started)  # close() returns once the thread stopped
     iterator = iter(make_loader(dataset, batches))
     next(iterator)
+    started = set(threading.enumerate()) - before
+    assert [t.name for t in started] == ["cfmtrain-prefetch"]
     del iterator
     deadline = time.monotonic() + 5
-    while threading.active_count() > before and time.monotonic() < deadline:
+    while any(t.is_alive() for t in started) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert threading.active_count() == before  # a loader dropped early stops its thread
+    assert not any(t.is_alive() for t in started)  # a loader dropped early stops its thread
 
 
 def test_prefetch_hides_assembly_behind_compute():
