@@ -22,12 +22,13 @@ from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
 REFERENCE = {"symmetric_contraction": "reference", "conv": "mace"}
 
 
-def random_problem(seed: int, out_per_elem: bool, dtype=torch.float64, channels=3):
+def random_problem(seed: int, out_per_elem: bool, dtype=torch.float64, channels=3,
+                   num_rows: int = 7, num_elems: int = 3):
     """A random descriptor (1 to 5 factors a term, repeated factors, a per-element operand) and
     operands for it: (desc, operands, elem, num_rows, num_elems)."""
     gen = torch.Generator().manual_seed(seed)
     dims, per_elem = [4, 3, 5], [False, True, False]
-    num_rows, num_elems, num_out = 7, 3, 4
+    num_out = 4
 
     def randint(high: int) -> int:
         return int(torch.randint(high, (), generator=gen))
@@ -81,6 +82,25 @@ def test_evaluator_matches_compiled_op_to_second_order(seed, out_per_elem):
     for g, e in zip(got, expected, strict=True):
         assert e.abs().max() > 0
         assert rel_err(g, e) < 1e-13
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_compiled_op_many_nodes_per_element_every_channel_block(dtype):
+    """The kernel sums up to 8 nodes of one element at a time (per-element output) and splits
+    channels into blocks of 8, 4 and 1 vectors and a scalar tail: 45 nodes in unsorted order, an
+    element with no node, 77 channels (every block kind), to second order."""
+    desc, operands, elem, num_rows, num_elems = random_problem(
+        4, True, dtype, channels=77, num_rows=45, num_elems=4)
+    elem = torch.randint(3, (num_rows,), generator=torch.Generator().manual_seed(5))
+    elem[elem == 1] = 3  # element 1 has no node; 0, 2 and 3 have more than 8 each
+    assert all(int((elem == e).sum()) > 8 for e in (0, 2, 3))
+    got = derivatives(lambda xs: evaluate(desc, xs, elem, num_rows, num_elems), operands, 4)
+    expected = derivatives(lambda xs: evaluate_reference(desc, xs, elem, num_rows, num_elems),
+                           operands, 4)
+    assert bool((got[0][1] == 0).all())  # the absent element's rows
+    for g, e in zip(got, expected, strict=True):
+        assert e.abs().max() > 0
+        assert rel_err(g, e) < (1e-13 if dtype == torch.float64 else 1e-5)
 
 
 def test_evaluator_float32_matches_compiled_op():

@@ -14,43 +14,74 @@
 namespace cfmtrain {
 namespace {
 
-// The descriptor unpacked once per call into flat arrays the inner loop reads.
+// The descriptor unpacked once per call into the grouped form the inner loop reads. Each term's
+// factors are sorted by (operand, component); the last two form its pair (a single factor pairs
+// with the ones row), the others its prefix. Terms with the same output, factor count and prefix
+// make one group, which adds (prod prefix) * sum over its pairs of coeff * a * b: the prefix
+// product is formed once per group instead of once per term.
 template <typename T>
 struct Program {
-  std::vector<int64_t> out_offset;  // out[t] * C
-  std::vector<T> coeff;
-  std::vector<int32_t> num_factors;
-  std::vector<int64_t> factor_begin;
-  std::vector<int32_t> factor_op;
-  std::vector<int64_t> factor_offset;  // comp * C
+  std::vector<int64_t> group_out;     // out * C per group, groups sorted by output
+  std::vector<int64_t> group_prefix;  // (G + 1) offsets into prefix_op / prefix_offset
+  std::vector<int64_t> group_pairs;   // (G + 1) offsets into the pair arrays
+  std::vector<int32_t> prefix_op;
+  std::vector<int64_t> prefix_offset;  // comp * C
+  std::vector<int32_t> pair_op[2];     // an operand, or the number of operands: the ones row
+  std::vector<int64_t> pair_offset[2];
+  std::vector<T> pair_coeff;
+  int64_t num_factors = 0;  // factors over all terms (the threading heuristic's work measure)
 };
 
 template <typename T>
 Program<T> unpack(const SparsePolynomialArgs& a, int64_t C) {
-  Program<T> p;
-  const int64_t T_ = a.term_out.numel();
+  const int64_t num_terms = a.term_out.numel();
   const auto* out = a.term_out.data_ptr<int64_t>();
   const auto* coeff = a.term_coeff.data_ptr<double>();
   const auto* ptr = a.factor_ptr.data_ptr<int64_t>();
   const auto* op = a.factor_op.data_ptr<int64_t>();
   const auto* comp = a.factor_comp.data_ptr<int64_t>();
-  p.out_offset.resize(T_);
-  p.coeff.resize(T_);
-  p.num_factors.resize(T_);
-  p.factor_begin.resize(T_);
-  for (int64_t t = 0; t < T_; ++t) {
-    p.out_offset[t] = out[t] * C;
-    p.coeff[t] = static_cast<T>(coeff[t]);
-    p.num_factors[t] = static_cast<int32_t>(ptr[t + 1] - ptr[t]);
-    p.factor_begin[t] = ptr[t];
+  const int64_t ones = static_cast<int64_t>(a.operands.size());
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> factors(num_terms);
+  for (int64_t t = 0; t < num_terms; ++t) {
+    const int64_t nf = ptr[t + 1] - ptr[t];
+    TORCH_CHECK(nf >= 1 && nf <= 16, "sparse_polynomial: a term has ", nf,
+                " factors (1 to 16 supported)");
+    for (int64_t f = ptr[t]; f < ptr[t + 1]; ++f) factors[t].emplace_back(op[f], comp[f]);
+    std::sort(factors[t].begin(), factors[t].end());
+    if (nf == 1) factors[t].emplace_back(ones, 0);
   }
-  const int64_t F = a.factor_op.numel();
-  p.factor_op.resize(F);
-  p.factor_offset.resize(F);
-  for (int64_t f = 0; f < F; ++f) {
-    p.factor_op[f] = static_cast<int32_t>(op[f]);
-    p.factor_offset[f] = comp[f] * C;
+  auto prefix_end = [&](int64_t t) { return factors[t].end() - 2; };
+  auto key_less = [&](int64_t s, int64_t t) {
+    if (out[s] != out[t]) return out[s] < out[t];
+    if (factors[s].size() != factors[t].size()) return factors[s].size() < factors[t].size();
+    return std::lexicographical_compare(factors[s].begin(), prefix_end(s), factors[t].begin(),
+                                        prefix_end(t));
+  };
+  std::vector<int64_t> order(num_terms);
+  for (int64_t t = 0; t < num_terms; ++t) order[t] = t;
+  std::stable_sort(order.begin(), order.end(), key_less);
+  Program<T> p;
+  p.num_factors = a.factor_op.numel();
+  for (int64_t i = 0; i < num_terms; ++i) {
+    const int64_t t = order[i];
+    if (i == 0 || key_less(order[i - 1], t)) {  // a new key starts a group
+      p.group_prefix.push_back(static_cast<int64_t>(p.prefix_op.size()));
+      p.group_pairs.push_back(static_cast<int64_t>(p.pair_coeff.size()));
+      p.group_out.push_back(out[t] * C);
+      for (auto f = factors[t].begin(); f != prefix_end(t); ++f) {
+        p.prefix_op.push_back(static_cast<int32_t>(f->first));
+        p.prefix_offset.push_back(f->second * C);
+      }
+    }
+    for (int k = 0; k < 2; ++k) {
+      const auto& f = *(prefix_end(t) + k);
+      p.pair_op[k].push_back(static_cast<int32_t>(f.first));
+      p.pair_offset[k].push_back(f.second * C);
+    }
+    p.pair_coeff.push_back(static_cast<T>(coeff[t]));
   }
+  p.group_prefix.push_back(static_cast<int64_t>(p.prefix_op.size()));
+  p.group_pairs.push_back(static_cast<int64_t>(p.pair_coeff.size()));
   return p;
 }
 
@@ -66,47 +97,6 @@ template <>
 struct Simd<double> {
   typedef double type __attribute__((vector_size(32), aligned(8)));
   static constexpr int lanes = 4;
-};
-
-// acc[v] += s * prod_j p[j][v]: one term on a block of V vectors, NF factors.
-template <typename T, int V, int NF>
-inline void add_term(typename Simd<T>::type* acc, const T* const* p, T s) {
-  using vec = typename Simd<T>::type;
-  constexpr int L = Simd<T>::lanes;
-  vec tmp[V];
-  for (int v = 0; v < V; ++v) tmp[v] = s * *reinterpret_cast<const vec*>(p[0] + L * v);
-  for (int j = 1; j < NF; ++j) {
-    for (int v = 0; v < V; ++v) tmp[v] *= *reinterpret_cast<const vec*>(p[j] + L * v);
-  }
-  for (int v = 0; v < V; ++v) acc[v] += tmp[v];
-}
-
-template <typename T, int V>
-inline void add_term_any(typename Simd<T>::type* acc, const T* const* p, int nf, T s) {
-  switch (nf) {
-    case 1: add_term<T, V, 1>(acc, p, s); return;
-    case 2: add_term<T, V, 2>(acc, p, s); return;
-    case 3: add_term<T, V, 3>(acc, p, s); return;
-    case 4: add_term<T, V, 4>(acc, p, s); return;
-    case 5: add_term<T, V, 5>(acc, p, s); return;
-    case 6: add_term<T, V, 6>(acc, p, s); return;
-    default: {
-      using vec = typename Simd<T>::type;
-      constexpr int L = Simd<T>::lanes;
-      for (int v = 0; v < V; ++v) {
-        vec t = s * *reinterpret_cast<const vec*>(p[0] + L * v);
-        for (int j = 1; j < nf; ++j) t *= *reinterpret_cast<const vec*>(p[j] + L * v);
-        acc[v] += t;
-      }
-    }
-  }
-}
-
-template <typename T>
-struct Operands {
-  std::vector<const T*> data;
-  std::vector<int64_t> row_stride;
-  std::vector<char> per_elem;
 };
 
 // Float32 runs are summed in chunks of kChunk terms in float32, the chunks in float64: the
@@ -156,32 +146,49 @@ inline void flush(O* __restrict o, const typename Wide<T>::type* wide) {
   }
 }
 
-// Adds every term of one node to its output rows (num_out x C) for channels [c0, c0 + V*L):
-// terms are sorted by output, so each run of equal outputs accumulates in registers.
+// Adds every group of `num_nodes` nodes to one output block (num_out x C) for channels
+// [c0, c0 + V*L): node k's operand rows are rows[k * stride + operand]. Groups are sorted by
+// output, so each output's sum (over groups and nodes) accumulates in registers.
 template <typename T, typename O, int V>
-inline void eval_block(const Program<T>& prog, const T* const* rows, O* __restrict orow,
-                       int64_t c0) {
+inline void eval_block(const Program<T>& prog, const T* const* rows, int num_nodes,
+                       int stride, O* __restrict orow, int64_t c0) {
   using vec = typename Simd<T>::type;
   using wvec = typename Wide<T>::type;
+  constexpr int L = Simd<T>::lanes;
   constexpr int W = V * Wide<T>::per_vec;
-  const T* ptrs[16];
-  const int64_t num_terms = static_cast<int64_t>(prog.coeff.size());
-  int64_t t = 0;
-  while (t < num_terms) {
-    const int64_t out = prog.out_offset[t];
+  const int64_t num_groups = static_cast<int64_t>(prog.group_out.size());
+  int64_t g = 0;
+  while (g < num_groups) {
+    const int64_t out = prog.group_out[g];
     vec acc[V];
     wvec wide[W];
     for (int v = 0; v < V; ++v) acc[v] = vec{};
     for (int v = 0; v < W; ++v) wide[v] = wvec{};
-    int in_chunk = 0;
-    for (; t < num_terms && prog.out_offset[t] == out; ++t) {
-      const int nf = prog.num_factors[t];
-      const int64_t f0 = prog.factor_begin[t];
-      for (int j = 0; j < nf; ++j) {
-        ptrs[j] = rows[prog.factor_op[f0 + j]] + prog.factor_offset[f0 + j] + c0;
+    int64_t in_chunk = 0;
+    for (; g < num_groups && prog.group_out[g] == out; ++g) {
+      const int64_t q0 = prog.group_pairs[g], q1 = prog.group_pairs[g + 1];
+      const int64_t f0 = prog.group_prefix[g], f1 = prog.group_prefix[g + 1];
+      for (int k = 0; k < num_nodes; ++k) {
+        const T* const* r = rows + k * stride;
+        vec inner[V];
+        for (int v = 0; v < V; ++v) inner[v] = vec{};
+        for (int64_t q = q0; q < q1; ++q) {
+          const T* x = r[prog.pair_op[0][q]] + prog.pair_offset[0][q] + c0;
+          const T* y = r[prog.pair_op[1][q]] + prog.pair_offset[1][q] + c0;
+          const T s = prog.pair_coeff[q];
+          for (int v = 0; v < V; ++v) {
+            inner[v] += (s * *reinterpret_cast<const vec*>(x + L * v)) *
+                        *reinterpret_cast<const vec*>(y + L * v);
+          }
+        }
+        for (int64_t f = f0; f < f1; ++f) {
+          const T* x = r[prog.prefix_op[f]] + prog.prefix_offset[f] + c0;
+          for (int v = 0; v < V; ++v) inner[v] *= *reinterpret_cast<const vec*>(x + L * v);
+        }
+        for (int v = 0; v < V; ++v) acc[v] += inner[v];
       }
-      add_term_any<T, V>(acc, ptrs, nf, prog.coeff[t]);
-      if (++in_chunk == kChunk) {
+      in_chunk += num_nodes * (q1 - q0);
+      if (in_chunk >= kChunk) {
         widen<T, V>(wide, acc);
         in_chunk = 0;
       }
@@ -192,109 +199,145 @@ inline void eval_block(const Program<T>& prog, const T* const* rows, O* __restri
 }
 
 // Channels not covered by whole vectors (fewer than one vector's lanes): plain loops, each
-// run of equal outputs summed in float64.
+// output's sum in float64.
 template <typename T, typename O>
-inline void eval_tail(const Program<T>& prog, const T* const* rows, O* __restrict orow,
-                      int64_t c0, int64_t C) {
-  const int64_t num_terms = static_cast<int64_t>(prog.coeff.size());
+inline void eval_tail(const Program<T>& prog, const T* const* rows, int num_nodes, int stride,
+                      O* __restrict orow, int64_t c0, int64_t C) {
+  const int64_t num_groups = static_cast<int64_t>(prog.group_out.size());
   double wide[Simd<T>::lanes];
-  int64_t t = 0;
-  while (t < num_terms) {
-    const int64_t out = prog.out_offset[t];
+  int64_t g = 0;
+  while (g < num_groups) {
+    const int64_t out = prog.group_out[g];
     std::fill(wide, wide + (C - c0), 0.0);
-    for (; t < num_terms && prog.out_offset[t] == out; ++t) {
-      const int64_t f0 = prog.factor_begin[t];
-      for (int64_t c = c0; c < C; ++c) {
-        T prod = prog.coeff[t];
-        for (int j = 0; j < prog.num_factors[t]; ++j) {
-          prod *= rows[prog.factor_op[f0 + j]][prog.factor_offset[f0 + j] + c];
+    for (; g < num_groups && prog.group_out[g] == out; ++g) {
+      for (int k = 0; k < num_nodes; ++k) {
+        const T* const* r = rows + k * stride;
+        for (int64_t c = c0; c < C; ++c) {
+          T inner = 0;
+          for (int64_t q = prog.group_pairs[g]; q < prog.group_pairs[g + 1]; ++q) {
+            inner += prog.pair_coeff[q] * r[prog.pair_op[0][q]][prog.pair_offset[0][q] + c] *
+                     r[prog.pair_op[1][q]][prog.pair_offset[1][q] + c];
+          }
+          for (int64_t f = prog.group_prefix[g]; f < prog.group_prefix[g + 1]; ++f) {
+            inner *= r[prog.prefix_op[f]][prog.prefix_offset[f] + c];
+          }
+          wide[c - c0] += inner;
         }
-        wide[c - c0] += prod;
       }
     }
     for (int64_t c = c0; c < C; ++c) orow[out + c] += static_cast<O>(wide[c - c0]);
   }
 }
 
-// One node, all channels: blocks of 8, 4 and 1 vectors, then the scalar tail.
+// Nodes sharing one output block, all channels: blocks of 8, 4 and 1 vectors, then the tail.
 template <typename T, typename O>
-inline void eval_node(const Program<T>& prog, const T* const* rows, O* orow, int64_t C) {
+inline void eval_nodes(const Program<T>& prog, const T* const* rows, int num_nodes, int stride,
+                       O* orow, int64_t C) {
   constexpr int L = Simd<T>::lanes;
   int64_t c0 = 0;
-  for (; c0 + 8 * L <= C; c0 += 8 * L) eval_block<T, O, 8>(prog, rows, orow, c0);
-  for (; c0 + 4 * L <= C; c0 += 4 * L) eval_block<T, O, 4>(prog, rows, orow, c0);
-  for (; c0 + L <= C; c0 += L) eval_block<T, O, 1>(prog, rows, orow, c0);
-  if (c0 < C) eval_tail<T, O>(prog, rows, orow, c0, C);
+  for (; c0 + 8 * L <= C; c0 += 8 * L)
+    eval_block<T, O, 8>(prog, rows, num_nodes, stride, orow, c0);
+  for (; c0 + 4 * L <= C; c0 += 4 * L)
+    eval_block<T, O, 4>(prog, rows, num_nodes, stride, orow, c0);
+  for (; c0 + L <= C; c0 += L) eval_block<T, O, 1>(prog, rows, num_nodes, stride, orow, c0);
+  if (c0 < C) eval_tail<T, O>(prog, rows, num_nodes, stride, orow, c0, C);
 }
 
 // Threads for a call: one for small work (a parallel region costs more than it saves).
 template <typename T>
 int threads_for(int64_t rows, const Program<T>& prog, int64_t C) {
-  const int64_t work = rows * static_cast<int64_t>(prog.factor_op.size()) * C;
+  const int64_t work = rows * prog.num_factors * C;
   if (work < (int64_t(1) << 18)) return 1;
   return std::max(1, std::min<int>(at::get_num_threads(), static_cast<int>(rows)));
 }
 
+// Operand rows of one node, followed by the ones row (the second factor of single-factor terms).
 template <typename T>
-Operands<T> gather_operands(const SparsePolynomialArgs& a, int64_t C) {
-  Operands<T> ops;
-  for (size_t o = 0; o < a.operands.size(); ++o) {
-    ops.data.push_back(a.operands[o].data_ptr<T>());
-    ops.row_stride.push_back(a.operands[o].size(1) * C);
-    ops.per_elem.push_back(a.operand_per_elem[o] != 0);
-  }
-  return ops;
-}
+struct Operands {
+  std::vector<const T*> data;
+  std::vector<int64_t> row_stride;
+  std::vector<char> per_elem;
+  std::vector<T> ones;
 
-template <typename T>
-inline void set_rows(const Operands<T>& ops, const int64_t* elem, int64_t n, const T** rows) {
-  for (size_t o = 0; o < ops.data.size(); ++o) {
-    rows[o] = ops.data[o] + (ops.per_elem[o] ? elem[n] : n) * ops.row_stride[o];
+  Operands(const SparsePolynomialArgs& a, int64_t C) : ones(C, T(1)) {
+    for (size_t o = 0; o < a.operands.size(); ++o) {
+      data.push_back(a.operands[o].data_ptr<T>());
+      row_stride.push_back(a.operands[o].size(1) * C);
+      per_elem.push_back(a.operand_per_elem[o] != 0);
+    }
   }
-}
+  int stride() const { return static_cast<int>(data.size()) + 1; }
+  void set_rows(const int64_t* elem, int64_t n, const T** rows) const {
+    for (size_t o = 0; o < data.size(); ++o) {
+      rows[o] = data[o] + (per_elem[o] ? elem[n] : n) * row_stride[o];
+    }
+    rows[data.size()] = ones.data();
+  }
+};
 
 // Per-node output: each node's rows are written by the thread that owns the node.
 template <typename T>
 void run_per_node(const SparsePolynomialArgs& a, const Program<T>& prog, at::Tensor& out,
                   int64_t C) {
-  const Operands<T> ops = gather_operands<T>(a, C);
+  const Operands<T> ops(a, C);
   const int64_t* elem = a.elem.has_value() ? a.elem->data_ptr<int64_t>() : nullptr;
   const int64_t N = a.num_rows, row_size = a.num_out * C;
   T* out_data = out.data_ptr<T>();
   const int num_threads = threads_for(N, prog, C);
 #pragma omp parallel num_threads(num_threads)
   {
-    std::vector<const T*> rows(ops.data.size());
+    std::vector<const T*> rows(ops.stride());
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
       T* orow = out_data + n * row_size;
       std::fill(orow, orow + row_size, T(0));
-      set_rows<T>(ops, elem, n, rows.data());
-      eval_node<T, T>(prog, rows.data(), orow, C);
+      ops.set_rows(elem, n, rows.data());
+      eval_nodes<T, T>(prog, rows.data(), 1, ops.stride(), orow, C);
     }
   }
 }
 
-// Per-element output (a sum over the nodes of each element): private float64 accumulators
-// per thread, so long sums over nodes keep their precision in float32, added up at the end.
+// Nodes of one element summed together in registers before one add to the element's rows.
+constexpr int kNodesPerChunk = 8;
+
+// Per-element output (a sum over the nodes of each element): nodes ordered by element and taken
+// in chunks of up to kNodesPerChunk of one element; private float64 accumulators per thread, so
+// long sums over nodes keep their precision in float32, added up at the end.
 template <typename T>
 void run_per_elem(const SparsePolynomialArgs& a, const Program<T>& prog, at::Tensor& out,
                   int64_t C) {
-  const Operands<T> ops = gather_operands<T>(a, C);
+  const Operands<T> ops(a, C);
   const int64_t* elem = a.elem->data_ptr<int64_t>();
-  const int64_t N = a.num_rows, row_size = a.num_out * C;
+  const int64_t N = a.num_rows, E = a.num_elems, row_size = a.num_out * C;
+  std::vector<int64_t> start(E + 1, 0), order(N);  // nodes sorted by element (counting sort)
+  for (int64_t n = 0; n < N; ++n) ++start[elem[n] + 1];
+  for (int64_t e = 0; e < E; ++e) start[e + 1] += start[e];
+  std::vector<int64_t> next(start.begin(), start.end() - 1);
+  for (int64_t n = 0; n < N; ++n) order[next[elem[n]]++] = n;
+  std::vector<int64_t> chunk_begin, chunk_end;  // positions in `order`
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t i = start[e]; i < start[e + 1]; i += kNodesPerChunk) {
+      chunk_begin.push_back(i);
+      chunk_end.push_back(std::min(i + kNodesPerChunk, start[e + 1]));
+    }
+  }
+  const int64_t num_chunks = static_cast<int64_t>(chunk_begin.size());
   T* out_data = out.data_ptr<T>();
   const int num_threads = threads_for(N, prog, C);
   const int64_t out_size = out.numel();
   std::vector<double> partial(size_t(num_threads) * out_size, 0.0);
 #pragma omp parallel num_threads(num_threads)
   {
-    std::vector<const T*> rows(ops.data.size());
+    std::vector<const T*> rows(size_t(kNodesPerChunk) * ops.stride());
     double* own = partial.data() + size_t(omp_get_thread_num()) * out_size;
 #pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      set_rows<T>(ops, elem, n, rows.data());
-      eval_node<T, double>(prog, rows.data(), own + elem[n] * row_size, C);
+    for (int64_t i = 0; i < num_chunks; ++i) {
+      const int64_t first = chunk_begin[i], count = chunk_end[i] - first;
+      for (int64_t k = 0; k < count; ++k) {
+        ops.set_rows(elem, order[first + k], rows.data() + k * ops.stride());
+      }
+      eval_nodes<T, double>(prog, rows.data(), static_cast<int>(count), ops.stride(),
+                            own + elem[order[first]] * row_size, C);
     }
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < out_size; ++i) {
@@ -308,10 +351,6 @@ void run_per_elem(const SparsePolynomialArgs& a, const Program<T>& prog, at::Ten
 template <typename T>
 void run(const SparsePolynomialArgs& a, at::Tensor& out, int64_t C) {
   const Program<T> prog = unpack<T>(a, C);
-  for (int32_t nf : prog.num_factors) {
-    TORCH_CHECK(nf >= 1 && nf <= 16, "sparse_polynomial: a term has ", nf,
-                " factors (1 to 16 supported)");
-  }
   if (a.out_per_elem) {
     run_per_elem<T>(a, prog, out, C);
   } else {
