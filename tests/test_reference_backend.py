@@ -88,9 +88,10 @@ def test_evaluator_matches_compiled_op_to_second_order(seed, out_per_elem):
 def test_compiled_op_many_nodes_per_element_every_channel_block(dtype):
     """The kernel sums up to 8 nodes of one element at a time (per-element output) and splits
     channels into blocks of 8, 4 and 1 vectors and a scalar tail: 45 nodes in unsorted order, an
-    element with no node, 77 channels (every block kind), to second order."""
+    element with no node, 117 channels (every block kind in float32 and float64), to second
+    order."""
     desc, operands, elem, num_rows, num_elems = random_problem(
-        4, True, dtype, channels=77, num_rows=45, num_elems=4)
+        4, True, dtype, channels=117, num_rows=45, num_elems=4)
     elem = torch.randint(3, (num_rows,), generator=torch.Generator().manual_seed(5))
     elem[elem == 1] = 3  # element 1 has no node; 0, 2 and 3 have more than 8 each
     assert all(int((elem == e).sum()) > 8 for e in (0, 2, 3))
