@@ -121,6 +121,8 @@ def _permute(x: torch.Tensor, order: tuple[torch.Tensor, torch.Tensor] | None,
              inverse: bool = False) -> torch.Tensor:
     if order is None:
         return x.contiguous()
+    if torch.compiler.is_compiling():  # dynamo does not differentiate _Permute's backward
+        return x.index_select(1, order[1] if inverse else order[0])
     return _Permute.apply(x, *(order[::-1] if inverse else order))
 
 
@@ -128,14 +130,20 @@ _graph_cache: list = []  # [(edge_index, version, num_nodes, ConvGraph)]: the la
 
 
 def _csr(index: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row pointers and edge order of the CSR by `index` (shapes fixed by num_nodes and E, so
+    torch.compile traces it)."""
     perm = torch.argsort(index, stable=True)
-    rowptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=index.device)
-    torch.cumsum(torch.bincount(index, minlength=num_nodes), 0, out=rowptr[1:])
-    return rowptr, perm
+    nodes = torch.arange(num_nodes + 1, dtype=index.dtype, device=index.device)
+    return torch.searchsorted(index[perm], nodes), perm
 
 
 def conv_graph(edge_index: torch.Tensor, num_nodes: int) -> ConvGraph:
-    """CSR views of `edge_index` (2 x E: sender, receiver), built once per batch and cached."""
+    """CSR views of `edge_index` (2 x E: sender, receiver), built once per batch and cached
+    (under torch.compile: built in the graph, unchecked)."""
+    if torch.compiler.is_compiling():
+        edges = edge_index.to(torch.int64)
+        sender, receiver = edges[0].contiguous(), edges[1].contiguous()
+        return ConvGraph(sender, receiver, *_csr(receiver, num_nodes), *_csr(sender, num_nodes))
     for cached, version, n, graph in _graph_cache:
         if cached is edge_index and version == edge_index._version and n == num_nodes:
             return graph
