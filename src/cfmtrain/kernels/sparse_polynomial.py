@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.flop_counter import register_flop_formula
 
 from cfmtrain.kernels.backend import load_ops
@@ -65,6 +66,12 @@ class Descriptor:
                     raise ValueError(f"factor {(op, comp)} outside the operands' shapes")
 
     def _pack(self) -> None:
+        # real tensors even when made while torch.compile traces (a derivative's descriptor
+        # is first needed there): a cached fake tensor would meet the next trace's fake mode
+        with _disable_current_modes():
+            self._pack_tensors()
+
+    def _pack_tensors(self) -> None:
         counts = [len(f) for _, f, _ in self.terms]
         flat = [factor for _, factors, _ in self.terms for factor in factors]
         self.term_out = torch.tensor([t[0] for t in self.terms], dtype=torch.int64)
