@@ -49,32 +49,36 @@ class FusedLinear(Adopting):
         # per output block: the instructions (their index, input block, path weight) into it
         self.into = [[(k, ins.i_in, ins.path_weight) for k, ins in enumerate(linear.instructions)
                       if ins.i_out == i_out] for i_out in range(len(self.irreps_out))]
+        # plain ints for forward (torch.compile cannot guard on e3nn's Irreps)
+        self.in_dims = [mul_ir.dim for mul_ir in self.irreps_in]
+        self.out_blocks = [(mul, ir.dim) for mul, ir in self.irreps_out]
+        self.in_dim, self.out_dim = self.irreps_in.dim, self.irreps_out.dim
         self.ir_mul_input = False  # set by the conv that hands over (FusedChannelwiseConv)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[:-1]
-        x = x.reshape(-1, self.irreps_in.dim)
-        blocks = torch.split(x, [mul_ir.dim for mul_ir in self.irreps_in], dim=1)
+        x = x.reshape(-1, self.in_dim)
+        blocks = torch.split(x, self.in_dims, dim=1)
         views = list(self._original.weight_views(self.weight))
         outs = []
-        for paths, (mul_out, ir) in zip(self.into, self.irreps_out, strict=True):
+        for paths, (mul_out, ir_dim) in zip(self.into, self.out_blocks, strict=True):
             if not paths or mul_out == 0:
-                outs.append(x.new_zeros(x.shape[0], mul_out * ir.dim))
+                outs.append(x.new_zeros(x.shape[0], mul_out * ir_dim))
                 continue
             # [nodes, sum of input muls, dim] x [sum of input muls, mul_out]: one matmul
             ws = [views[k] * alpha for k, _, alpha in paths]
             w = ws[0] if len(ws) == 1 else torch.cat(ws, 0)
             if self.ir_mul_input:  # blocks [nodes, dim, mul]: rows (node, component) of one mm
-                xs = [blocks[i].view(x.shape[0], ir.dim, -1) for _, i, _ in paths]
+                xs = [blocks[i].view(x.shape[0], ir_dim, -1) for _, i, _ in paths]
                 xs = xs[0] if len(xs) == 1 else torch.cat(xs, 2)
-                out = (xs.reshape(-1, w.shape[0]) @ w).view(x.shape[0], ir.dim, mul_out)
+                out = (xs.reshape(-1, w.shape[0]) @ w).view(x.shape[0], ir_dim, mul_out)
                 outs.append(out.transpose(1, 2).reshape(x.shape[0], -1))
                 continue
-            xs = [blocks[i].reshape(x.shape[0], -1, ir.dim) for _, i, _ in paths]
+            xs = [blocks[i].reshape(x.shape[0], -1, ir_dim) for _, i, _ in paths]
             xs = xs[0] if len(xs) == 1 else torch.cat(xs, 1)
             outs.append(torch.einsum("zui,uw->zwi", xs, w).reshape(x.shape[0], -1))
         out = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]
-        return out.reshape(*rows, self.irreps_out.dim)
+        return out.reshape(*rows, self.out_dim)
 
 def fuse_linears(model: torch.nn.Module) -> int:
     """Swap FusedLinear in for every interaction block's message `linear` that is an e3nn Linear

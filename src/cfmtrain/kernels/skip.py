@@ -51,6 +51,8 @@ class FusedSkipTP(Adopting):
                       for ins in tp.instructions]
 
     def forward(self, x: torch.Tensor, attrs: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # the grouping below depends on the data
+            return self._original(x, attrs)
         if attrs.requires_grad or not _one_hot(attrs):
             return self.restore()(x, attrs)
         element = attrs.argmax(1)
