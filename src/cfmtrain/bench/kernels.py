@@ -24,7 +24,7 @@ from pathlib import Path
 from cfmtrain.malloc_env import MALLOC_ENV
 
 OPS = ("symmetric_contraction", "conv", "model")
-IMPLS = ("fused", "mace", "compile")
+IMPLS = ("fused", "mace", "compile", "fused_compile")
 PASSES = ("forward", "forward_backward", "train_step")
 AXES = ("ops", "models", "cg", "atoms", "dtypes", "passes", "impls")
 # A preset is a list of sub-matrices (the product of each one's axes); "models" defaults to the
@@ -60,9 +60,11 @@ PRESETS: dict[str, dict] = {
          "cg": ("original",)},
         {"ops": ("conv",), "impls": ("compile",), "atoms": (200,), "dtypes": ("float32",),
          "passes": ("forward",), "cg": ("original",)}]},
-    # the whole training step under torch.compile (compiling takes minutes; tiny model: 8 min)
+    # the whole training step under torch.compile, mace-torch's ("compile") and the fused
+    # model's ("fused_compile", kernels.compile); compiling takes minutes
     "compile": {"reps": 5, "matrices": [
-        {"ops": ("model",), "impls": ("mace", "fused", "compile"), "atoms": (800,),
+        {"ops": ("model",), "impls": ("mace", "fused", "compile", "fused_compile"),
+         "atoms": (800,),
          "dtypes": ("float32",), "passes": ("train_step",), "cg": ("original",)}]},
 }
 DEFAULT_AXES = {"models": ("paper",)}

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from cfmtrain.atomic import atomic_path
 
-STYLE = {"fused": ("tab:green", "o"), "mace": ("tab:blue", "s"), "compile": ("tab:orange", "^")}
+STYLE = {"fused": ("tab:green", "o"), "mace": ("tab:blue", "s"), "compile": ("tab:orange", "^"),
+         "fused_compile": ("tab:red", "v")}
 DASHES = {("float32", "original"): "-", ("float64", "original"): "--",
           ("float32", "reduced"): ":", ("float64", "reduced"): "-."}
 

@@ -244,13 +244,14 @@ def _named_params(model: torch.nn.Module) -> list[torch.Tensor]:
 def setup_model(config: dict, model: torch.nn.Module, batch: dict) -> tuple[Step, dict]:
     """The whole model's step for `config` (fused, mace or torch.compile)."""
     params, facts = _named_params(model), {"backend": "mace-e3nn"}
-    if config["impl"] == "fused":
+    if config["impl"] in ("fused", "fused_compile"):
         from cfmtrain.kernels import kernel_backend
 
         facts["backend"] = json.dumps(kernel_backend(model))
-    elif config["impl"] == "compile":
+    if config["impl"] in ("compile", "fused_compile"):
         model = torch.compile(model)
-        facts["backend"] = "torch.compile"
+        facts["backend"] = ("torch.compile of " + facts["backend"]
+                            if config["impl"] == "fused_compile" else "torch.compile")
         # the compiled graph cannot turn on requires_grad of an input (forces differentiate it)
         batch = {**batch, "positions": batch["positions"].detach().requires_grad_(True)}
     return model_pass(model, batch, config["pass"], params), facts
@@ -286,9 +287,20 @@ def setup(config: dict) -> tuple[Step, dict]:
     if config["op"] == "matmul":
         return setup_matmul(config)
     dtype, impl = getattr(torch, config["dtype"]), config["impl"]
+    if impl == "fused_compile" and config["op"] != "model":
+        raise ValueError(f"impl fused_compile compiles the whole fused model (op model), not "
+                         f"the op {config['op']!r}")
     if impl == "compile":
         model = paper_model(dtype, config["cg"] == "reduced", for_compile=True,
                             size=config.get("model", "paper"))
+    elif impl == "fused_compile":
+        from mace.tools.compile import disable_e3nn_codegen
+
+        from cfmtrain.kernels import fuse_model, prepare_for_compile
+
+        with disable_e3nn_codegen():
+            model = paper_model(dtype, config["cg"] == "reduced", size=config.get("model", "paper"))
+        model = prepare_for_compile(fuse_model(model))
     else:  # the fused ops are built from the model's own modules, except for the whole model
         model = cached_model(config, fused=impl == "fused" and config["op"] == "model")
     batch = make_batch(supercell(config["atoms"]), dtype)
