@@ -11,7 +11,7 @@ from mace.tools.compile import configure_autograd_for_compile, disable_e3nn_code
 from test_conv import make_tp
 
 from cfmtrain.bench.kernels_worker import make_batch, paper_model, supercell
-from cfmtrain.kernels import fuse_model, prepare_for_compile
+from cfmtrain.kernels import fuse_model, prepare_for_compile, unfuse_model, without_codegen
 from cfmtrain.kernels.conv import channelwise_conv, conv_descriptor, conv_graph
 from cfmtrain.kernels.sparse_polynomial import _REGISTRY
 
@@ -71,7 +71,7 @@ def test_conv_force_loss_gradients_compile_to_eager(float64_no_codegen, factored
         assert rel(a, b) < 1e-12
 
 
-def test_fused_model_training_step_compiles_to_eager(float64_no_codegen):
+def test_fused_model_training_step_compiles_to_eager(float64_no_codegen, tmp_path):
     """A whole fused model (every fusion: contraction, conv with its radial MLP, reshape, linear,
     element skip) prepared for torch.compile: energy, forces and the force-training loss's
     parameter gradients of the compiled model equal the eager fused model's. Compiled first,
@@ -80,9 +80,9 @@ def test_fused_model_training_step_compiles_to_eager(float64_no_codegen):
     (inductor: "Mixing fake modes")."""
     for desc in list(_REGISTRY.values()):
         desc._derivatives.clear()
-    with disable_e3nn_codegen():
-        model = paper_model(torch.float64, False, size="tiny")
-    model = prepare_for_compile(fuse_model(model))
+    path = tmp_path / "tiny.model"  # as the README: a model file, loaded and rebuilt
+    torch.save(paper_model(torch.float64, False, size="tiny"), path)
+    model = prepare_for_compile(fuse_model(without_codegen(torch.load(path, weights_only=False))))
     backend = model.cfmtrain_kernel_backend
     assert backend == {"symmetric_contraction": "cpu-fused", "conv": "cpu-fused"}
     batch = make_batch(supercell(32), torch.float64)
@@ -101,9 +101,19 @@ def test_fused_model_training_step_compiles_to_eager(float64_no_codegen):
         assert rel(a, b) < 1e-10
 
 
-def test_prepare_for_compile_refuses_torchscript_submodules():
-    """A model built with e3nn's code generation cannot be traced: the error says how to build
-    it instead."""
-    model = paper_model(torch.float32, False, size="tiny")
-    with pytest.raises(ValueError, match="disable_e3nn_codegen"):
-        prepare_for_compile(fuse_model(model))
+def test_prepare_for_compile_refuses_torchscript_submodules(tmp_path):
+    """A model with e3nn's generated TorchScript code (built with it, or loaded: the file keeps
+    it even under disable_e3nn_codegen) cannot be traced: the error says what to do instead;
+    `without_codegen` rebuilds it without the code and with the same outputs."""
+    model = paper_model(torch.float64, False, size="tiny")
+    path = tmp_path / "tiny.model"
+    torch.save(model, path)
+    with disable_e3nn_codegen():
+        loaded = torch.load(path, weights_only=False)
+    for scripted in (model, loaded):
+        with pytest.raises(ValueError, match="disable_e3nn_codegen.*without_codegen"):
+            prepare_for_compile(fuse_model(scripted))
+    rebuilt = without_codegen(model)
+    assert not any(isinstance(m, torch.jit.ScriptModule) for m in rebuilt.modules())
+    batch = make_batch(supercell(32), torch.float64)
+    assert torch.equal(rebuilt(dict(batch))["energy"], unfuse_model(model)(dict(batch))["energy"])

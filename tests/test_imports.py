@@ -18,6 +18,7 @@ from cfmtrain.cli import COMMANDS
 # torch's weights-only default unless `mace` (which switches it off) had been imported first.
 STATEMENTS = [
     "from cfmtrain.kernels import fuse_model, unfuse_model, kernel_backend, choose_backend",
+    "from cfmtrain.kernels import fuse_model, prepare_for_compile, without_codegen",
     "import cfmtrain.kernels.conv, cfmtrain.kernels.symmetric_contraction, cfmtrain.kernels.cueq",
     "from cfmtrain.balance import pack_bins, DistributedBinPackSampler",
     "from cfmtrain.balance import DistributedBinPackSampler, PaddingWeightedDataset",
