@@ -85,6 +85,10 @@ def test_configs_of_presets_and_overrides():
     picked = kernels._configs(_parse(["--ops", "conv", "--atoms", "8", "12", "--dtypes",
                                       "float32", "float64", "--reps", "7"]))
     assert len(picked) == 2 + 2 * 2 * 2 and all(c["reps"] == 7 for c in picked)
+    goals = kernels._configs(_parse(["--preset", "goals", "--ops", "conv", "model"]))
+    assert [(c["op"], c["impl"]) for c in goals[1:]] == [
+        ("conv", "fused"), ("conv", "mace"), ("model", "fused"), ("model", "mace"),
+        ("model", "fused_compile")]  # no conv row compiled as a whole model
     full = kernels._configs(_parse(["--preset", "full"]))
     assert len(full) == len({tuple(sorted(c.items(), key=str)) for c in full})  # no duplicates
     covered = {(c["op"], c["impl"], c["atoms"], c["dtype"], c["pass"], c["cg"]) for c in full
