@@ -27,11 +27,11 @@ LIMITS = contention.Thresholds(max_wall_cpu_ratio=1.15, max_steal_fraction=0.02)
 
 
 def run_summary(epoch_time: float, ratio: float, steal: tuple[float, float] = (0.0, 0.0),
-                probes: tuple[float, float] = (0.10, 0.10), **extra) -> dict:
+                probes: tuple[float, float] = (0.10, 0.10), cpu: float = 8.0, **extra) -> dict:
     """A repeat's summary.json as `cfmtrain train` writes it (the keys the cell reads)."""
     host = {"loadavg_start": 0.5, "loadavg_end": 1.5, "steal_start": steal[0],
             "steal_end": steal[1], "cpu_total_start": 1000.0, "cpu_total_end": 1100.0,
-            "cpu_time_s": 8.0, "wall_cpu_ratio": ratio, "probe_start_s": probes[0],
+            "cpu_time_s": cpu, "wall_cpu_ratio": ratio, "probe_start_s": probes[0],
             "probe_end_s": probes[1]}
     return {"variant": "both", "ranks": 2, "epoch_time_s": epoch_time, "host": host, **extra}
 
@@ -58,7 +58,8 @@ def test_cell_summary_is_the_median_with_min_max_and_flags():
         "loadavg_end": 1.5, "steal_start": 0.0, "steal_end": 0.0, "contended_because": ""}
     assert cell["contention_thresholds"] == {"max_wall_cpu_ratio": 1.15,
                                              "max_steal_fraction": 0.02,
-                                             "max_probe_slowdown": 0.15}
+                                             "max_probe_slowdown": 0.15,
+                                             "max_cpu_slowdown": 0.10}
 
 
 def test_a_repeat_whose_speed_probe_ran_slow_is_flagged_against_the_cells_fastest():
@@ -83,6 +84,27 @@ def test_a_repeat_whose_speed_probe_ran_slow_is_flagged_against_the_cells_fastes
     assert math.isnan(cell["repeats"][0]["probe_slowdown"]) and cell["contended"] is False
     with pytest.raises(ValueError, match="max_probe_slowdown must be at least 0"):
         contention.Thresholds(max_probe_slowdown=-0.1)
+
+
+def test_a_repeat_that_took_more_cpu_time_on_the_same_work_is_flagged():
+    """The repeats do identical work: a repeat's compute CPU time against the cell's least.
+    8.8 s is 10% over 8.0 (at the limit: not flagged), 9.3 s is 16% (flagged, as the slow
+    repeat of `both` on mini_s at 2 ranks was on 2026-11-29, its probe only 5% slow); an unknown
+    CPU time flags nothing and is no reference."""
+    summaries = [run_summary(3.0, 1.0, cpu=8.0), run_summary(3.2, 1.0, cpu=8.8),
+                 run_summary(3.5, 1.0, probes=(0.100, 0.105), cpu=9.3)]
+    cell, _ = repeats.aggregate(summaries, LIMITS)
+    records = cell["repeats"]
+    assert [r["cpu_slowdown"] for r in records] == pytest.approx([0.0, 0.10, 0.1625])
+    assert [r["contended"] for r in records] == [False, False, True]
+    assert records[2]["contended_because"] == (
+        "host slower: compute CPU time 16% over the cell's least on identical work > 10%")
+    unknown = run_summary(3.0, 1.0, cpu=None)  # NaN, written as null
+    cell, _ = repeats.aggregate([unknown, run_summary(3.0, 1.0, cpu=9.0)], LIMITS)
+    assert math.isnan(cell["repeats"][0]["cpu_slowdown"]) and cell["contended"] is False
+    assert cell["repeats"][1]["cpu_slowdown"] == 0.0
+    with pytest.raises(ValueError, match="max_cpu_slowdown must be at least 0"):
+        contention.Thresholds(max_cpu_slowdown=-0.1)
 
 
 def test_even_count_median_and_an_undisturbed_cell():
@@ -179,10 +201,11 @@ def test_cell_of_two_repeats_end_to_end_and_rerun(data, tmp_path):
     for rep, record in zip(reps, summary["repeats"], strict=True):
         # each repeat's epoch time leaves out its first epoch (warm-up)
         assert rep["epoch_time_s"] == pytest.approx(rep["epoch_times_s"][1])
-        # any limit flags a repeat (wall/CPU given here; steal and probe: the defaults)
+        # any limit flags a repeat (wall/CPU given here; steal, probe, CPU time: the defaults)
         assert record["contended"] == (record["wall_cpu_ratio"] > 1.15
                                        or record["steal_fraction"] > 0.02
-                                       or record["probe_slowdown"] > 0.15)
+                                       or record["probe_slowdown"] > 0.15
+                                       or record["cpu_slowdown"] > 0.10)
         assert record["probe_s"] > 0 and record["probe_slowdown"] >= 0
         assert record["wall_cpu_ratio"] >= 0.999 and record["cpu_time_s"] > 0
     k = summary["outputs_of_repeat"]

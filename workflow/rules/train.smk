@@ -28,6 +28,7 @@ rule train_cell:
         max_ratio=TRAIN["contention"]["max_wall_cpu_ratio"],
         max_steal=TRAIN["contention"]["max_steal_fraction"],
         max_probe=TRAIN["contention"]["max_probe_slowdown"],
+        max_cpu=TRAIN["contention"]["max_cpu_slowdown"],
     # ranks x threads per rank (config train.settings.threads; 0 or unset: the cores / ranks),
     # capped by --cores locally and by the profile's max-threads under Slurm
     threads: lambda wildcards: int(wildcards.ranks)
@@ -46,6 +47,7 @@ rule train_cell:
     shell:
         "python -m cfmtrain cell --repeats {params.repeats:q} --max-wall-cpu-ratio {params.max_ratio:q}"
         " --max-steal-fraction {params.max_steal:q} --max-probe-slowdown {params.max_probe:q}"
+        " --max-cpu-slowdown {params.max_cpu:q}"
         " --ranks {wildcards.ranks:q}"
         " --threads {resources.cpus_per_task:q} --srun-args={resources.srun_args:q} -- train --graphs {params.graphs:q}"
         " --split {input.split:q} --output {params.folder:q} --variant {wildcards.variant:q}"

@@ -74,6 +74,14 @@ def probe_slowdowns(probes: list[list[float]]) -> list[float]:
     return [max(times) / fastest - 1 if times else math.nan for times in known]
 
 
+def cpu_slowdowns(cpu_times: list[float]) -> list[float]:
+    """Per repeat, its compute CPU time over the least of the cell, less one (the repeats do
+    identical work); NaN where a repeat's CPU time is unknown."""
+    known = [t for t in cpu_times if math.isfinite(t) and t > 0]
+    least = min(known, default=math.nan)
+    return [t / least - 1 if math.isfinite(t) and t > 0 else math.nan for t in cpu_times]
+
+
 def compute_wall_cpu(steps: Iterable[Mapping], first_epoch: int) -> tuple[float, float]:
     """(CPU seconds, wall / CPU) of the compute of all ranks' steps from epoch `first_epoch` on
     (steps.csv rows: compute_s and compute_cpu_s); NaN when there is no CPU time."""
@@ -90,12 +98,15 @@ def compute_wall_cpu(steps: Iterable[Mapping], first_epoch: int) -> tuple[float,
 @dataclasses.dataclass(frozen=True)
 class Thresholds:
     """When a repeat counts as contended: its compute wall / CPU ratio above
-    `max_wall_cpu_ratio`, or the hypervisor's stolen share of all CPU time between its start
-    and end above `max_steal_fraction`."""
+    `max_wall_cpu_ratio`, the hypervisor's stolen share of all CPU time between its start
+    and end above `max_steal_fraction`, its speed probe slower than the cell's fastest by more
+    than `max_probe_slowdown`, or its compute CPU time above the cell's least by more than
+    `max_cpu_slowdown`."""
 
     max_wall_cpu_ratio: float = 1.15
     max_steal_fraction: float = 0.02
     max_probe_slowdown: float = 0.15
+    max_cpu_slowdown: float = 0.10
 
     def __post_init__(self):
         if not self.max_wall_cpu_ratio >= 1:
@@ -107,6 +118,9 @@ class Thresholds:
         if not self.max_probe_slowdown >= 0:
             raise ValueError(f"max_probe_slowdown must be at least 0, got "
                              f"{self.max_probe_slowdown}")
+        if not self.max_cpu_slowdown >= 0:
+            raise ValueError(f"max_cpu_slowdown must be at least 0, got "
+                             f"{self.max_cpu_slowdown}")
 
 
 def steal_fraction(host: Mapping) -> float:
@@ -117,7 +131,7 @@ def steal_fraction(host: Mapping) -> float:
 
 
 def verdict(wall_cpu_ratio: float, steal: float, limits: Thresholds,
-            probe_slowdown: float = math.nan) -> str:
+            probe_slowdown: float = math.nan, cpu_slowdown: float = math.nan) -> str:
     """Why a repeat is contended ('' if it is not; an unknown measure does not count)."""
     reasons = []
     if wall_cpu_ratio > limits.max_wall_cpu_ratio:
@@ -127,4 +141,7 @@ def verdict(wall_cpu_ratio: float, steal: float, limits: Thresholds,
     if probe_slowdown > limits.max_probe_slowdown:
         reasons.append(f"host slower: speed probe {100 * probe_slowdown:.0f}% over the cell's "
                        f"fastest > {100 * limits.max_probe_slowdown:.0f}%")
+    if cpu_slowdown > limits.max_cpu_slowdown:
+        reasons.append(f"host slower: compute CPU time {100 * cpu_slowdown:.0f}% over the "
+                       f"cell's least on identical work > {100 * limits.max_cpu_slowdown:.0f}%")
     return "; ".join(reasons)

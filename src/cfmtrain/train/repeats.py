@@ -54,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a repeat whose speed probe (fixed matmul work at its start and "
                              "end) ran slower than the cell's fastest by more than this share "
                              f"is contended (default {limits.max_probe_slowdown})")
+    parser.add_argument("--max-cpu-slowdown", type=float, default=limits.max_cpu_slowdown,
+                        help="a repeat whose compute CPU time exceeds the cell's least (the "
+                             "repeats do identical work) by more than this share is contended "
+                             f"(default {limits.max_cpu_slowdown})")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- followed by the `cfmtrain train` arguments, with --output")
 
@@ -77,18 +81,20 @@ def _number(value) -> float:
 
 
 def repeat_record(k: int, summary: dict, limits: contention.Thresholds,
-                  probe_slowdown: float = math.nan) -> dict:
+                  probe_slowdown: float = math.nan, cpu_slowdown: float = math.nan) -> dict:
     """One repeat's entry of the cell's `repeats`: its epoch time, contention measures (with
-    its speed probe's slowdown against the cell's fastest) and verdict (`contended`, and
+    its speed probe's slowdown against the cell's fastest, and its compute CPU time's against
+    the cell's least) and verdict (`contended`, and
     `contended_because` saying which threshold it crossed), and the epochs it resumed part-way
     (their time spans two processes)."""
     host = repeat_host(summary)
     steal = contention.steal_fraction(host)
-    why = contention.verdict(host["wall_cpu_ratio"], steal, limits, probe_slowdown)
+    why = contention.verdict(host["wall_cpu_ratio"], steal, limits, probe_slowdown, cpu_slowdown)
     return {"repeat": k, "epoch_time_s": _number(summary["epoch_time_s"]),
             "cpu_time_s": host["cpu_time_s"], "wall_cpu_ratio": host["wall_cpu_ratio"],
             **{key: host[key] for key in HOST_KEYS}, "steal_fraction": steal,
             "probe_s": _probe(host), "probe_slowdown": probe_slowdown,
+            "cpu_slowdown": cpu_slowdown,
             "contended": bool(why), "contended_because": why,
             "resumed_epochs": summary.get("resumed_epochs", [])}
 
@@ -114,8 +120,9 @@ def aggregate(summaries: list[dict], limits: contention.Thresholds) -> tuple[dic
     median repeat's (the lower middle one for an even count)."""
     slowdowns = contention.probe_slowdowns(
         [[repeat_host(s)[k] for k in PROBE_KEYS] for s in summaries])
-    records = [repeat_record(k, s, limits, slow)
-               for k, (s, slow) in enumerate(zip(summaries, slowdowns, strict=True), start=1)]
+    cpu = contention.cpu_slowdowns([repeat_host(s)["cpu_time_s"] for s in summaries])
+    records = [repeat_record(k, s, limits, slow, cpu_slow) for k, (s, slow, cpu_slow)
+               in enumerate(zip(summaries, slowdowns, cpu, strict=True), start=1)]
     times = np.array([r["epoch_time_s"] for r in records])
     if not np.isfinite(times).all():
         bad = [r["repeat"] for r in records if not math.isfinite(r["epoch_time_s"])]
@@ -170,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     try:
         limits = contention.Thresholds(args.max_wall_cpu_ratio, args.max_steal_fraction,
-                                       args.max_probe_slowdown)
+                                       args.max_probe_slowdown, args.max_cpu_slowdown)
         folder, command = cell_command(command, args.repeats)
     except ValueError as err:
         raise SystemExit(f"cfmtrain cell: {err}") from None
