@@ -66,20 +66,12 @@ def speed_probe(calls: int = PROBE_CALLS, size: int = PROBE_SIZE) -> tuple[float
     return time.perf_counter() - start, time.thread_time() - cpu
 
 
-def probe_slowdowns(probes: list[list[float]]) -> list[float]:
-    """Per repeat (its probe times), the slowest over the fastest probe of the whole cell, less
-    one; NaN where a repeat has no probe."""
-    known = [[p for p in times if math.isfinite(p) and p > 0] for times in probes]
+def slowdowns(samples: list[list[float]]) -> list[float]:
+    """Per repeat (its samples of one measure: probe times, or its compute CPU time), its
+    slowest sample over the fastest of the whole cell, less one; NaN where a repeat has none."""
+    known = [[p for p in times if math.isfinite(p) and p > 0] for times in samples]
     fastest = min((p for times in known for p in times), default=math.nan)
     return [max(times) / fastest - 1 if times else math.nan for times in known]
-
-
-def cpu_slowdowns(cpu_times: list[float]) -> list[float]:
-    """Per repeat, its compute CPU time over the least of the cell, less one (the repeats do
-    identical work); NaN where a repeat's CPU time is unknown."""
-    known = [t for t in cpu_times if math.isfinite(t) and t > 0]
-    least = min(known, default=math.nan)
-    return [t / least - 1 if math.isfinite(t) and t > 0 else math.nan for t in cpu_times]
 
 
 def compute_wall_cpu(steps: Iterable[Mapping], first_epoch: int) -> tuple[float, float]:

@@ -118,9 +118,9 @@ def aggregate(summaries: list[dict], limits: contention.Thresholds) -> tuple[dic
     repeat order: epoch_time_s is the median of the repeats' epoch times (the mean of the two
     middle ones for an even count), epoch_time_min_s/max_s their range; other keys are the
     median repeat's (the lower middle one for an even count)."""
-    slowdowns = contention.probe_slowdowns(
-        [[repeat_host(s)[k] for k in PROBE_KEYS] for s in summaries])
-    cpu = contention.cpu_slowdowns([repeat_host(s)["cpu_time_s"] for s in summaries])
+    hosts = [repeat_host(s) for s in summaries]
+    slowdowns = contention.slowdowns([[host[k] for k in PROBE_KEYS] for host in hosts])
+    cpu = contention.slowdowns([[host["cpu_time_s"]] for host in hosts])
     records = [repeat_record(k, s, limits, slow, cpu_slow) for k, (s, slow, cpu_slow)
                in enumerate(zip(summaries, slowdowns, cpu, strict=True), start=1)]
     times = np.array([r["epoch_time_s"] for r in records])
