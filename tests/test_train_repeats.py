@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from test_train_run import COMMON
 
+from cfmtrain.launch import completed_run
 from cfmtrain.train import cli as train_cli
 from cfmtrain.train import contention, repeats
 
@@ -107,6 +108,81 @@ def test_a_repeat_that_took_more_cpu_time_on_the_same_work_is_flagged():
         contention.Thresholds(max_cpu_slowdown=-0.1)
 
 
+def test_a_cell_reports_its_first_uncontended_repeats_and_lists_the_replaced():
+    """5 runs for 3 repeats: repeat 2 took 20% more CPU time (contended), repeat 4 replaced it;
+    repeat 5 is not needed. The median, min and max are of repeats 1, 3 and 4 only."""
+    summaries = [run_summary(3.0, 1.0, cpu=8.0, val=1), run_summary(3.9, 1.0, cpu=9.6, val=2),
+                 run_summary(3.2, 1.0, cpu=8.2, val=3), run_summary(3.1, 1.0, cpu=8.1, val=4),
+                 run_summary(2.9, 1.0, cpu=8.0, val=5)]
+    cell, middle = repeats.aggregate(summaries, LIMITS, wanted=3)
+    assert cell["repeats_used"] == [1, 3, 4] and cell["remeasured"] == 2
+    assert [r["used"] for r in cell["repeats"]] == [True, False, True, True, False]
+    assert (cell["epoch_time_s"], cell["epoch_time_min_s"], cell["epoch_time_max_s"]) == (
+        3.1, 3.0, 3.2)
+    assert middle == 3 and cell["outputs_of_repeat"] == 4 and cell["val"] == 4
+    assert cell["contended"] is False and cell["repeats"][1]["contended"] is True
+    # too few uncontended runs: the contended ones of least CPU slowdown fill up, and the
+    # cell stays contended
+    cell, _ = repeats.aggregate(summaries[:3] + [run_summary(3.5, 1.0, cpu=9.0)], LIMITS,
+                                wanted=3)
+    assert cell["repeats_used"] == [1, 3, 4] and cell["contended"] is True
+    assert repeats.used_repeats([{"contended": True, "cpu_slowdown": math.nan},
+                                 {"contended": True, "cpu_slowdown": 0.3}], 1) == [1]
+
+
+def remeasure_cell(tmp_path, monkeypatch, cpus: list[float], remeasure: int = 2,
+                   stop: bool = False) -> tuple[int, list[list[str]]]:
+    """`cfmtrain cell --repeats 3` with a launch that writes repeat k's summary with compute
+    CPU time cpus[k - 1] (epoch time the same); (its exit code, the launches' repeat args)."""
+    launches = []
+
+    def fake_launch(argv):
+        count, first = int(argv[argv.index("--repeats") + 1]), int(argv[-1])
+        launches.append(argv[-4:])
+        for k in range(first, first + count):
+            rep = tmp_path / f"rep{k}"
+            rep.mkdir(parents=True)
+            for name in repeats.PUBLISHED:
+                (rep / name).write_text(f"{name} of rep{k}")
+            (rep / "summary.json").write_text(json.dumps(run_summary(cpus[k - 1] / 2, 1.0,
+                                                                     cpu=cpus[k - 1])))
+        return 0, stop
+
+    monkeypatch.setattr(repeats, "launch_repeats", fake_launch)
+    parser = argparse.ArgumentParser()
+    repeats.add_arguments(parser)
+    args = parser.parse_args(["--repeats", "3", "--remeasure", str(remeasure), "--ranks", "1",
+                              "--", "train", "--output", str(tmp_path)])
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return repeats.run(args), launches
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+
+
+def test_the_cell_re_measures_contended_repeats_within_its_budget(tmp_path, monkeypatch):
+    # repeats 2 and 3 ran 25% and 15% slow: two more in one launch replace them
+    code, launches = remeasure_cell(tmp_path / "a", monkeypatch, [8.0, 10.0, 9.2, 8.1, 8.3])
+    assert code == 0 and launches == [["--repeats", "3", "--first-repeat", "1"],
+                                      ["--repeats", "2", "--first-repeat", "4"]]
+    cell = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert cell["repeats_used"] == [1, 4, 5] and cell["contended"] is False
+    assert cell["outputs_of_repeat"] == 4
+    assert (tmp_path / "a" / "steps.csv").read_text() == "steps.csv of rep4"
+    # a faster fourth run makes the first and third slow against it: the budget (2) ends it
+    code, launches = remeasure_cell(tmp_path / "b", monkeypatch, [8.0, 10.0, 8.5, 7.0, 7.1])
+    assert code == 0 and [a[1] for a in launches] == ["3", "1", "1"]
+    cell = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert cell["repeats_used"] == [1, 4, 5] and cell["contended"] is True  # 8.0: 14% over
+    # no budget, or a SIGTERM: the first three as they are
+    for folder, budget, stop in (("c", 0, False), ("d", 2, True)):
+        code, launches = remeasure_cell(tmp_path / folder, monkeypatch, [8.0, 10.0, 9.2],
+                                        remeasure=budget, stop=stop)
+        assert code == 0 and len(launches) == 1
+        cell = json.loads((tmp_path / folder / "summary.json").read_text())
+        assert cell["repeats_used"] == [1, 2, 3] and cell["contended"] is True
+
+
 def test_even_count_median_and_an_undisturbed_cell():
     cell, middle = repeats.aggregate([run_summary(12.0, 1.0), run_summary(10.0, 1.1)], LIMITS)
     assert cell["epoch_time_s"] == 11.0 and middle == 1  # lower middle repeat's outputs
@@ -151,19 +227,35 @@ def test_the_command_must_be_train_with_an_output(tmp_path):
         repeats.cell_command(["train", "--graphs", "g"], 2)
     with pytest.raises(ValueError, match="cfmtrain cell --repeats"):
         repeats.cell_command(["train", "--output", str(tmp_path), "--repeats", "2"], 2)
-    folder, command = repeats.cell_command(["train", "--output", str(tmp_path), "--x"], 2)
-    assert folder == tmp_path
-    assert command == ["train", "--output", str(tmp_path), "--x", "--repeats", "2"]
+    with pytest.raises(ValueError, match="cfmtrain cell --repeats"):
+        repeats.cell_command(["train", "--output", str(tmp_path), "--first-repeat", "2"], 2)
+    with pytest.raises(ValueError, match="--remeasure must be at least 0"):
+        repeats.cell_command(["train", "--output", str(tmp_path)], 2, remeasure=-1)
+    assert repeats.cell_command(["train", "--output", str(tmp_path), "--x"], 2) == tmp_path
     assert train_cli.repeat_outputs(tmp_path, None) == [tmp_path]
     assert train_cli.repeat_outputs(tmp_path, 2) == [tmp_path / "rep1", tmp_path / "rep2"]
+    assert train_cli.repeat_outputs(tmp_path, 2, first=4) == [tmp_path / "rep4",
+                                                              tmp_path / "rep5"]
     with pytest.raises(ValueError, match="at least 1"):
         train_cli.repeat_outputs(tmp_path, 0)
+    with pytest.raises(ValueError, match="--first-repeat needs --repeats"):
+        train_cli.repeat_outputs(tmp_path, None, first=2)
+    # the launcher's "complete" after a stop: the last repeat's summary.json (rep5 of 4 and 5)
+    since = time.time() - 1
+    (tmp_path / "rep5").mkdir()
+    (tmp_path / "rep5" / "summary.json").write_text("{}")
+    command = ["train", "--output", str(tmp_path), "--repeats", "2"]
+    assert completed_run(command, since) is None
+    assert completed_run([*command, "--first-repeat", "4"], since) == (
+        tmp_path / "rep5" / "summary.json")
 
 
-def cell_argv(data, out: Path, *settings: str) -> list[str]:
-    """`cfmtrain cell` of 2 tiny repeats on one rank, as the rule train_cell runs it."""
+def cell_argv(data, out: Path, *settings: str, remeasure: tuple[str, ...] = ("0",)) -> list[str]:
+    """`cfmtrain cell` of 2 tiny repeats on one rank, as the rule train_cell runs it (no
+    re-measure unless `remeasure` says, a flagged repeat would change the launches)."""
     argv = [sys.executable, "-m", "cfmtrain", "cell", "--repeats", "2", "--ranks", "1",
-            "--threads", "1", "--max-wall-cpu-ratio", "1.15", "--", "train", "--graphs",
+            "--threads", "1", "--max-wall-cpu-ratio", "1.15", "--remeasure", *remeasure,
+            "--", "train", "--graphs",
             str(data[0]), "--split", str(data[1]), "--output", str(out), "--variant", "both",
             "--resume", "auto"]
     for setting in (*COMMON, *settings):
@@ -174,9 +266,9 @@ def cell_argv(data, out: Path, *settings: str) -> list[str]:
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
 
 
-def cell(data, out: Path, *settings: str) -> subprocess.CompletedProcess:
+def cell(data, out: Path, *settings: str, **options) -> subprocess.CompletedProcess:
     """Run `cell_argv` to its end."""
-    return subprocess.run(cell_argv(data, out, *settings), cwd=ROOT, env=ENV,
+    return subprocess.run(cell_argv(data, out, *settings, **options), cwd=ROOT, env=ENV,
                           capture_output=True, text=True, timeout=900)
 
 
@@ -216,15 +308,23 @@ def test_cell_of_two_repeats_end_to_end_and_rerun(data, tmp_path):
     assert {"cpu_s", "compute_cpu_s"} <= set(steps.columns)
     assert not (out / "checkpoint.pt").exists()
 
-    # a rerun (snakemake --forcerun removes summary.json first) trains both repeats again
+    # a rerun (snakemake --forcerun removes summary.json first) trains both repeats again;
+    # any CPU time over the least flags here (limit 0): one of the two is re-measured, once
     (out / "summary.json").unlink()
     before = [(out / f"rep{k}" / "steps.csv").stat().st_mtime_ns for k in (1, 2)]
-    result = cell(data, out)
+    result = cell(data, out, remeasure=("1", "--max-cpu-slowdown", "0"))
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("not resumed, its run is finished: starting afresh") == 2
+    assert result.stderr.count("cfmtrain launch (direct)") == 2
+    assert "contended; re-measuring 1 more (rep3...)" in result.stderr
     after = [(out / f"rep{k}" / "steps.csv").stat().st_mtime_ns for k in (1, 2)]
     assert all(a > b for a, b in zip(after, before, strict=True))
-    assert json.loads((out / "summary.json").read_text())["repeats"][0]["repeat"] == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["repeat"] for r in summary["repeats"]] == [1, 2, 3]
+    assert summary["remeasured"] == 1 and len(summary["repeats_used"]) == 2
+    rep3 = json.loads((out / "rep3" / "summary.json").read_text())
+    assert pd.read_csv(out / "rep3" / "epochs.csv").train_loss.tolist() == losses[0]
+    assert rep3["epoch_time_s"] in [r["epoch_time_s"] for r in summary["repeats"]]
 
 
 def test_a_repeat_stopped_part_way_fails_the_cell_and_continues_in_the_next(data, tmp_path):
@@ -271,7 +371,7 @@ def test_a_stop_after_a_complete_repeat_ends_the_cell_unless_it_was_the_last(
             for name in repeats.PUBLISHED:
                 (out / f"rep{k}" / name).write_text(name)
             (out / f"rep{k}" / "summary.json").write_text(json.dumps(run_summary(10.0 + k, 1.0)))
-        assert argv[-2:] == ["--repeats", str(count)]
+        assert argv[-4:] == ["--repeats", str(count), "--first-repeat", "1"]
         return 0, True
 
     monkeypatch.setattr(repeats, "launch_repeats", fake_launch)

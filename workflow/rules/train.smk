@@ -25,6 +25,7 @@ rule train_cell:
         settings=train_settings,
         folder=lambda wildcards, output: os.path.dirname(output[0]),
         repeats=TRAIN["repeats"],
+        remeasure=TRAIN["remeasure"],
         max_ratio=TRAIN["contention"]["max_wall_cpu_ratio"],
         max_steal=TRAIN["contention"]["max_steal_fraction"],
         max_probe=TRAIN["contention"]["max_probe_slowdown"],
@@ -45,7 +46,8 @@ rule train_cell:
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain cell --repeats {params.repeats:q} --max-wall-cpu-ratio {params.max_ratio:q}"
+        "python -m cfmtrain cell --repeats {params.repeats:q} --remeasure {params.remeasure:q}"
+        " --max-wall-cpu-ratio {params.max_ratio:q}"
         " --max-steal-fraction {params.max_steal:q} --max-probe-slowdown {params.max_probe:q}"
         " --max-cpu-slowdown {params.max_cpu:q}"
         " --ranks {wildcards.ranks:q}"

@@ -37,7 +37,7 @@ def cell_row(run: Run) -> dict:
     if not low <= median <= high:
         raise ValueError(f"{where}: epoch_time_s {median} is not within its repeats' min "
                          f"{low} and max {high}")
-    repeats = s.get("repeats")
+    repeats = s.get("repeats_used", s.get("repeats"))  # the repeats the numbers are of
     return {"dataset": run.dataset, "ranks": run.ranks, "variant": run.variant,
             "epoch_time_s": median, "epoch_time_min_s": low, "epoch_time_max_s": high,
             "contended": bool(s.get("contended", False)),

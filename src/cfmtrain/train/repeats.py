@@ -1,10 +1,13 @@
 """`cfmtrain cell --repeats N --ranks R -- train ... --output CELL`: one training cell, measured
 N times. One `cfmtrain launch` runs `train --repeats N`: the same ranks train the run N times,
 each afresh, into CELL/rep1 ... CELL/repN (one process start per cell, not per repeat: ~5 s
-each of interpreter, torch and mace-torch imports saved); then CELL/summary.json holds the
-median epoch time over the repeats with its min and max, each repeat's contention measures and
-verdict (train.contention), and the rest of the median repeat's summary, whose outputs
-(final.model, steps.csv, epochs.csv, test_mae.csv, config.json) are copied to CELL.
+each of interpreter, torch and mace-torch imports saved). A repeat the host disturbed
+(contended, train.contention) is re-measured: up to --remeasure more repeats (CELL/rep<N+1>
+...) in one more launch, until N uncontended ones are there. CELL/summary.json then holds the
+median epoch time over the N repeats it uses with their min and max, every repeat's contention
+measures and verdict (the replaced ones too, `used` false), and the rest of the median
+repeat's summary, whose outputs (final.model, steps.csv, epochs.csv, test_mae.csv,
+config.json) are copied to CELL.
 
 The command's `--resume auto` applies to every repeat: a finished repeat (its summary.json
 written) trains afresh, so running the cell again (Snakemake's --forcerun) re-measures all of
@@ -58,21 +61,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a repeat whose compute CPU time exceeds the cell's least (the "
                              "repeats do identical work) by more than this share is contended "
                              f"(default {limits.max_cpu_slowdown})")
+    parser.add_argument("--remeasure", type=int, default=2,
+                        help="at most this many more repeats replace contended ones, so that "
+                             "the cell reports --repeats uncontended ones if the host allows "
+                             "(default 2; 0: report the first --repeats whatever their flags)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- followed by the `cfmtrain train` arguments, with --output")
 
 
-def cell_command(command: list[str], repeats: int) -> tuple[Path, list[str]]:
-    """(the cell folder, the `train` command with `--repeats` added)."""
+def cell_command(command: list[str], repeats: int, remeasure: int = 0) -> Path:
+    """The cell folder of the `train` command (checked: `cfmtrain cell` adds `--repeats`)."""
     if command[:1] != ["train"] or "--output" not in command[:-1]:
         raise ValueError("give the `train` command with its --output after `--`, e.g. "
                          "`cfmtrain cell --ranks 2 -- train --graphs G --split S --output CELL`")
-    if "--repeats" in command:
+    if "--repeats" in command or "--first-repeat" in command:
         raise ValueError("give the repeats to `cfmtrain cell --repeats`, not to `train`")
     if repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {repeats}")
-    folder = Path(command[command.index("--output") + 1])
-    return folder, [*command, "--repeats", str(repeats)]
+    if remeasure < 0:
+        raise ValueError(f"--remeasure must be at least 0, got {remeasure}")
+    return Path(command[command.index("--output") + 1])
 
 
 def _number(value) -> float:
@@ -113,25 +121,47 @@ def _probe(host: dict[str, float]) -> float:
     return max(known) if known else math.nan
 
 
-def aggregate(summaries: list[dict], limits: contention.Thresholds) -> tuple[dict, int]:
+def used_repeats(records: list[dict], wanted: int) -> list[int]:
+    """Indices of the repeats whose epoch times the cell reports, in repeat order: the first
+    `wanted` uncontended ones, filled up with the contended ones of least CPU slowdown."""
+    clean = [i for i, r in enumerate(records) if not r["contended"]][:wanted]
+    if len(clean) < wanted:
+        def least_slowed(i: int) -> tuple[float, int]:
+            slow = records[i]["cpu_slowdown"]
+            return (slow if math.isfinite(slow) else math.inf, i)
+
+        rest = sorted((i for i, r in enumerate(records) if r["contended"]), key=least_slowed)
+        clean += rest[:wanted - len(clean)]
+    return sorted(clean)
+
+
+def aggregate(summaries: list[dict], limits: contention.Thresholds,
+              wanted: int | None = None) -> tuple[dict, int]:
     """(the cell's summary, the index of its median repeat) from its repeats' summaries, in
-    repeat order: epoch_time_s is the median of the repeats' epoch times (the mean of the two
-    middle ones for an even count), epoch_time_min_s/max_s their range; other keys are the
-    median repeat's (the lower middle one for an even count)."""
+    repeat order. The cell reports `wanted` of them (default all; `used_repeats`: a contended
+    repeat is replaced by a later uncontended one, a re-measure): epoch_time_s is the median
+    of their epoch times (the mean of the two middle ones for an even count),
+    epoch_time_min_s/max_s their range; other keys are the median repeat's (the lower middle
+    one for an even count). `repeats` lists every repeat, each `used` or not."""
     hosts = [repeat_host(s) for s in summaries]
     slowdowns = contention.slowdowns([[host[k] for k in PROBE_KEYS] for host in hosts])
     cpu = contention.slowdowns([[host["cpu_time_s"]] for host in hosts])
     records = [repeat_record(k, s, limits, slow, cpu_slow) for k, (s, slow, cpu_slow)
                in enumerate(zip(summaries, slowdowns, cpu, strict=True), start=1)]
-    times = np.array([r["epoch_time_s"] for r in records])
-    if not np.isfinite(times).all():
+    if not all(math.isfinite(r["epoch_time_s"]) for r in records):
         bad = [r["repeat"] for r in records if not math.isfinite(r["epoch_time_s"])]
         raise ValueError(f"repeats {bad} have no epoch time (no epoch trained?)")
-    middle = int(np.argsort(times, kind="stable")[(len(times) - 1) // 2])
+    used = used_repeats(records, len(records) if wanted is None else wanted)
+    for i, record in enumerate(records):
+        record["used"] = i in used
+    times = np.array([records[i]["epoch_time_s"] for i in used])
+    middle = used[int(np.argsort(times, kind="stable")[(len(times) - 1) // 2])]
     cell = {key: v for key, v in summaries[middle].items() if key != "host"}
     cell.update({"epoch_time_s": float(np.median(times)), "epoch_time_min_s": float(times.min()),
                  "epoch_time_max_s": float(times.max()), "repeats": records,
-                 "contended": any(r["contended"] for r in records),
+                 "repeats_used": [records[i]["repeat"] for i in used],
+                 "remeasured": len(records) - len(used),
+                 "contended": any(records[i]["contended"] for i in used),
                  "outputs_of_repeat": middle + 1,
                  "contention_thresholds": dataclasses.asdict(limits)})
     return cell, middle
@@ -170,15 +200,16 @@ def launch_repeats(argv: list[str]) -> tuple[int, bool]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train the repeats (one launch), then write the cell's outputs; the launch's exit code
-    (143 after SIGTERM, 1 if it exited 0) if a repeat did not finish."""
+    """Train the repeats (one launch), re-measure contended ones (one more launch per round,
+    --remeasure repeats at most), then write the cell's outputs; the launch's exit code (143
+    after SIGTERM, 1 if it exited 0) if a repeat did not finish."""
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
     try:
         limits = contention.Thresholds(args.max_wall_cpu_ratio, args.max_steal_fraction,
                                        args.max_probe_slowdown, args.max_cpu_slowdown)
-        folder, command = cell_command(command, args.repeats)
+        folder = cell_command(command, args.repeats, args.remeasure)
     except ValueError as err:
         raise SystemExit(f"cfmtrain cell: {err}") from None
     from cfmtrain.train.checkpoint import CHECKPOINT, PREVIOUS  # (torch: only once checked)
@@ -191,28 +222,53 @@ def run(args: argparse.Namespace) -> int:
               *(["--threads", str(args.threads)] if args.threads else []), "--"]
     print(f"cfmtrain cell: {args.repeats} repeat(s) into {folder}/rep<k>", file=sys.stderr,
           flush=True)
+    summaries: list[dict] = []
+    budget, count = args.remeasure, args.repeats
+    while True:
+        code, stopped = train_repeats(launch, command, folder, summaries, count)
+        if code:
+            return code
+        if stopped:  # a SIGTERM after complete repeats: no re-measure, the cell as it stands
+            budget = 0
+        try:
+            cell, middle = aggregate(summaries, limits, args.repeats)
+        except ValueError as err:
+            print(f"cfmtrain cell: {folder}: {err}", file=sys.stderr)
+            return 1
+        count = min(budget, args.repeats - sum(not r["contended"] for r in cell["repeats"]))
+        if count <= 0:
+            break
+        budget -= count
+        flagged = [r["repeat"] for r in cell["repeats"] if r["contended"]]
+        print(f"cfmtrain cell: repeats {flagged} contended; re-measuring {count} more "
+              f"(rep{len(summaries) + 1}...)", file=sys.stderr, flush=True)
+    publish(folder / f"rep{middle + 1}", folder)
+    write_json(folder / "summary.json", cell)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # complete: a late stop must not fail it
+    flagged = [r["repeat"] for r in cell["repeats"] if r["contended"] and r["used"]]
+    print(f"cfmtrain cell: {folder}: epoch {cell['epoch_time_s']:.3f} s (median of repeats "
+          f"{cell['repeats_used']}, {cell['epoch_time_min_s']:.3f}-"
+          f"{cell['epoch_time_max_s']:.3f} s)"
+          + (f"; contended repeats {flagged}" if flagged else ""), file=sys.stderr)
+    return 0
+
+
+def train_repeats(launch: list[str], command: list[str], folder: Path, summaries: list[dict],
+                  count: int) -> tuple[int, bool]:
+    """Train `count` more repeats of the cell (one launch) after the `summaries` read so far,
+    appending theirs; (0, or the exit code to end the cell with if one did not finish;
+    whether a SIGTERM came)."""
+    first = len(summaries) + 1
     since = time.time()
-    code, stopped = launch_repeats([*launch, *command])
-    summaries = []
-    for k in range(1, args.repeats + 1):
+    code, stopped = launch_repeats([*launch, *command, "--repeats", str(count),
+                                    "--first-repeat", str(first)])
+    for k in range(first, first + count):
         rep = folder / f"rep{k}"
         done = None if code else summary_written(rep, since)
         if done is None:
             print(f"cfmtrain cell: repeat {k} ({rep}) did not finish (exit "
                   f"{code}{', SIGTERM' if stopped else ''}); running the cell again continues it",
                   file=sys.stderr, flush=True)
-            return code or (143 if stopped else 1)
+            return code or (143 if stopped else 1), stopped
         summaries.append(read_summary(done))
-    try:
-        cell, middle = aggregate(summaries, limits)
-    except ValueError as err:
-        print(f"cfmtrain cell: {folder}: {err}", file=sys.stderr)
-        return 1
-    publish(folder / f"rep{middle + 1}", folder)
-    write_json(folder / "summary.json", cell)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # complete: a late stop must not fail it
-    flagged = [r["repeat"] for r in cell["repeats"] if r["contended"]]
-    print(f"cfmtrain cell: {folder}: epoch {cell['epoch_time_s']:.3f} s (median of "
-          f"{args.repeats}, {cell['epoch_time_min_s']:.3f}-{cell['epoch_time_max_s']:.3f} s)"
-          + (f"; contended repeats {flagged}" if flagged else ""), file=sys.stderr)
-    return 0
+    return 0, stopped
