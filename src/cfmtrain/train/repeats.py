@@ -1,9 +1,11 @@
 """`cfmtrain cell --repeats N --ranks R -- train ... --output CELL`: one training cell, measured
 N times. One `cfmtrain launch` runs `train --repeats N`: the same ranks train the run N times,
 each afresh, into CELL/rep1 ... CELL/repN (one process start per cell, not per repeat: ~5 s
-each of interpreter, torch and mace-torch imports saved). A repeat the host disturbed
-(contended, train.contention) is re-measured: up to --remeasure more repeats (CELL/rep<N+1>
-...) in one more launch, until N uncontended ones are there. CELL/summary.json then holds the
+each of interpreter, torch and mace-torch imports saved). A repeat whose own measures show the
+host disturbed it (train.contention: compute wall/CPU, steal, CPU time on identical work; the
+speed probe, a sample of the host at its ends, flags but does not re-measure) is re-measured:
+up to --remeasure more repeats (CELL/rep<N+1> ...), one launch per round, until N undisturbed
+ones are there. CELL/summary.json then holds the
 median epoch time over the N repeats it uses with their min and max, every repeat's contention
 measures and verdict (the replaced ones too, `used` false), and the rest of the median
 repeat's summary, whose outputs (final.model, steps.csv, epochs.csv, test_mae.csv,
@@ -61,10 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a repeat whose compute CPU time exceeds the cell's least (the "
                              "repeats do identical work) by more than this share is contended "
                              f"(default {limits.max_cpu_slowdown})")
-    parser.add_argument("--remeasure", type=int, default=2,
+    parser.add_argument("--remeasure", type=int, default=1,
                         help="at most this many more repeats replace contended ones, so that "
-                             "the cell reports --repeats uncontended ones if the host allows "
-                             "(default 2; 0: report the first --repeats whatever their flags)")
+                             "the cell reports --repeats undisturbed ones if the host allows "
+                             "(default 1; 0: report the first --repeats whatever their flags)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- followed by the `cfmtrain train` arguments, with --output")
 
@@ -98,12 +100,14 @@ def repeat_record(k: int, summary: dict, limits: contention.Thresholds,
     host = repeat_host(summary)
     steal = contention.steal_fraction(host)
     why = contention.verdict(host["wall_cpu_ratio"], steal, limits, probe_slowdown, cpu_slowdown)
+    # its own measures (not the probe, a sample of the host at its ends) show it disturbed
+    slowed = contention.verdict(host["wall_cpu_ratio"], steal, limits, math.nan, cpu_slowdown)
     return {"repeat": k, "epoch_time_s": _number(summary["epoch_time_s"]),
             "cpu_time_s": host["cpu_time_s"], "wall_cpu_ratio": host["wall_cpu_ratio"],
             **{key: host[key] for key in HOST_KEYS}, "steal_fraction": steal,
             "probe_s": _probe(host), "probe_slowdown": probe_slowdown,
             "cpu_slowdown": cpu_slowdown,
-            "contended": bool(why), "contended_because": why,
+            "contended": bool(why), "contended_because": why, "remeasure": bool(slowed),
             "resumed_epochs": summary.get("resumed_epochs", [])}
 
 
@@ -123,14 +127,16 @@ def _probe(host: dict[str, float]) -> float:
 
 def used_repeats(records: list[dict], wanted: int) -> list[int]:
     """Indices of the repeats whose epoch times the cell reports, in repeat order: the first
-    `wanted` uncontended ones, filled up with the contended ones of least CPU slowdown."""
-    clean = [i for i, r in enumerate(records) if not r["contended"]][:wanted]
+    `wanted` that need no re-measure (`remeasure` false: their compute wall/CPU, steal and CPU
+    time on identical work within the limits), filled up with the others of least CPU
+    slowdown."""
+    clean = [i for i, r in enumerate(records) if not r["remeasure"]][:wanted]
     if len(clean) < wanted:
         def least_slowed(i: int) -> tuple[float, int]:
             slow = records[i]["cpu_slowdown"]
             return (slow if math.isfinite(slow) else math.inf, i)
 
-        rest = sorted((i for i, r in enumerate(records) if r["contended"]), key=least_slowed)
+        rest = sorted((i for i, r in enumerate(records) if r["remeasure"]), key=least_slowed)
         clean += rest[:wanted - len(clean)]
     return sorted(clean)
 
@@ -138,9 +144,9 @@ def used_repeats(records: list[dict], wanted: int) -> list[int]:
 def aggregate(summaries: list[dict], limits: contention.Thresholds,
               wanted: int | None = None) -> tuple[dict, int]:
     """(the cell's summary, the index of its median repeat) from its repeats' summaries, in
-    repeat order. The cell reports `wanted` of them (default all; `used_repeats`: a contended
-    repeat is replaced by a later uncontended one, a re-measure): epoch_time_s is the median
-    of their epoch times (the mean of the two middle ones for an even count),
+    repeat order. The cell reports `wanted` of them (default all; `used_repeats`: a repeat its
+    own measures show disturbed is replaced by a later one, a re-measure): epoch_time_s is the
+    median of their epoch times (the mean of the two middle ones for an even count),
     epoch_time_min_s/max_s their range; other keys are the median repeat's (the lower middle
     one for an even count). `repeats` lists every repeat, each `used` or not."""
     hosts = [repeat_host(s) for s in summaries]
@@ -235,12 +241,12 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             print(f"cfmtrain cell: {folder}: {err}", file=sys.stderr)
             return 1
-        count = min(budget, args.repeats - sum(not r["contended"] for r in cell["repeats"]))
+        count = min(budget, args.repeats - sum(not r["remeasure"] for r in cell["repeats"]))
         if count <= 0:
             break
         budget -= count
-        flagged = [r["repeat"] for r in cell["repeats"] if r["contended"]]
-        print(f"cfmtrain cell: repeats {flagged} contended; re-measuring {count} more "
+        flagged = [r["repeat"] for r in cell["repeats"] if r["remeasure"]]
+        print(f"cfmtrain cell: repeats {flagged} disturbed; re-measuring {count} more "
               f"(rep{len(summaries) + 1}...)", file=sys.stderr, flush=True)
     publish(folder / f"rep{middle + 1}", folder)
     write_json(folder / "summary.json", cell)
