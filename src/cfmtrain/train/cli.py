@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "each (default: once, into OUTPUT itself)")
     parser.add_argument("--first-repeat", type=int, default=1, metavar="K",
                         help="number the repeats from K: OUTPUT/repK ... (with --repeats; "
-                             "`cfmtrain cell` re-measures a contended repeat so)")
+                             "`cfmtrain cell` re-measures a disturbed repeat so)")
 
 
 def repeat_outputs(output: Path, repeats: int | None, first: int = 1) -> list[Path]:

@@ -64,8 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "repeats do identical work) by more than this share is contended "
                              f"(default {limits.max_cpu_slowdown})")
     parser.add_argument("--remeasure", type=int, default=1,
-                        help="at most this many more repeats replace contended ones, so that "
-                             "the cell reports --repeats undisturbed ones if the host allows "
+                        help="at most this many more repeats replace disturbed ones (compute "
+                             "wall/CPU, steal, CPU time; not the speed probe), so that the cell "
+                             "reports --repeats undisturbed ones if the host allows "
                              "(default 1; 0: report the first --repeats whatever their flags)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- followed by the `cfmtrain train` arguments, with --output")
@@ -206,7 +207,7 @@ def launch_repeats(argv: list[str]) -> tuple[int, bool]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train the repeats (one launch), re-measure contended ones (one more launch per round,
+    """Train the repeats (one launch), re-measure disturbed ones (one more launch per round,
     --remeasure repeats at most), then write the cell's outputs; the launch's exit code (143
     after SIGTERM, 1 if it exited 0) if a repeat did not finish."""
     command = list(args.command)
