@@ -3,6 +3,7 @@
 #include <torch/library.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "cpu/channelwise_conv_cpu.h"
@@ -159,6 +160,42 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge(
                   need_x, need_out);
 }
 
+// Forms of one edge pass: x, edge_attr, grad per form (shaped as in `edge`), and per form the
+// slots asked of it as bits: 1 attribute, 2 x, 4 message.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_forms(
+    at::TensorList xs, at::TensorList edge_attrs, at::TensorList grads,
+    const at::Tensor& edge_weight, const std::optional<at::Tensor>& basis,
+    const at::Tensor& sender, const at::Tensor& receiver, const at::Tensor& recv_rowptr,
+    const at::Tensor& recv_perm, const at::Tensor& send_rowptr, const at::Tensor& send_perm,
+    const at::Tensor& paths, const at::Tensor& terms, const at::Tensor& coeffs,
+    at::IntArrayRef dims, at::IntArrayRef slots, bool need_weight, bool need_basis) {
+  const Descriptor desc = check_descriptor(paths, terms, coeffs, dims);
+  const size_t n = xs.size();
+  TORCH_CHECK(n >= 1 && edge_attrs.size() == n && grads.size() == n && slots.size() == n,
+              "channelwise_conv: xs, edge_attrs, grads and slots must have one entry per form "
+              "(at least one), got ", n, ", ", edge_attrs.size(), ", ", grads.size(), ", ",
+              slots.size());
+  const auto dtype = xs[0].scalar_type();
+  check_floats(edge_attrs[0], "edge_attrs[0]", -1, dims[1], dtype);
+  const int64_t n_edges = edge_attrs[0].size(0);
+  const Weights weights =
+      check_weights(edge_weight, basis, "edge_weight", "basis", n_edges, dims[2], dtype);
+  const Graph graph = check_graph(sender, receiver, recv_rowptr, recv_perm, send_rowptr,
+                                  send_perm, n_edges);
+  std::vector<EdgeForm> forms;
+  for (size_t f = 0; f < n; ++f) {
+    const std::string i = "[" + std::to_string(f) + "]";
+    check_floats(xs[f], ("xs" + i).c_str(), send_rowptr.size(0) - 1, dims[0], dtype);
+    check_floats(edge_attrs[f], ("edge_attrs" + i).c_str(), n_edges, dims[1], dtype);
+    check_floats(grads[f], ("grads" + i).c_str(), recv_rowptr.size(0) - 1, dims[3], dtype);
+    TORCH_CHECK(slots[f] >= 0 && slots[f] < 8, "channelwise_conv: slots", i, " = ", slots[f],
+                " is not a combination of 1 (attribute), 2 (x) and 4 (message)");
+    forms.push_back({xs[f], edge_attrs[f], grads[f], (slots[f] & 1) != 0, (slots[f] & 2) != 0,
+                     (slots[f] & 4) != 0});
+  }
+  return edge_forms_cpu(forms, weights, graph, desc, need_weight, need_basis);
+}
+
 }  // namespace
 }  // namespace cfmtrain::conv
 
@@ -174,9 +211,16 @@ TORCH_LIBRARY_FRAGMENT(cfmtrain, m) {
       "Tensor send_rowptr, Tensor send_perm, Tensor paths, Tensor terms, Tensor coeffs, "
       "int[] dims, bool need_attr, bool need_weight, bool need_basis, bool need_x, "
       "bool need_out) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "channelwise_conv_edge_forms(Tensor[] xs, Tensor[] edge_attrs, Tensor[] grads, "
+      "Tensor edge_weight, Tensor? basis, Tensor sender, Tensor receiver, Tensor recv_rowptr, "
+      "Tensor recv_perm, Tensor send_rowptr, Tensor send_perm, Tensor paths, Tensor terms, "
+      "Tensor coeffs, int[] dims, int[] slots, bool need_weight, bool need_basis) -> "
+      "(Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(cfmtrain, CPU, m) {
   m.impl("channelwise_conv_gather", &cfmtrain::conv::gather);
   m.impl("channelwise_conv_edge", &cfmtrain::conv::edge);
+  m.impl("channelwise_conv_edge_forms", &cfmtrain::conv::edge_forms);
 }

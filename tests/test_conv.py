@@ -521,6 +521,105 @@ def test_edge_pass_message_equals_gather(float64_default, threads, factored):
                 assert a.shape == b.shape and (a.numel() == 0 or rel_err(a, b) < 1e-13)
 
 
+FORMS = [(True, False, True), (False, True, True), (True, True, False), (False, False, True)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("factored", [False, True], ids=["stored", "factored"])
+def test_edge_forms_equal_the_sum_of_single_passes(float64_default, threads, factored):
+    """One edge pass over several forms sharing the weights (two with the same cotangent, as in
+    the double backward) gives, slot by slot, the sum of one `conv_edge` pass per form, with
+    nodes that receive no edge; one form alone is `conv_edge`."""
+    from cfmtrain.kernels.conv import conv_edge, conv_edge_forms
+
+    torch.set_num_threads(threads)
+    tp = make_tp("16x0e+16x1o", 3)
+    gen = torch.Generator().manual_seed(10)
+    num_nodes, num_edges = 60, 3000
+    edge_index = torch.randint(0, num_nodes - 5, (2, num_edges), generator=gen)
+    desc, graph = conv_descriptor(tp), conv_graph(edge_index, num_nodes)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    w, basis = (rand(num_edges, 8), rand(8, tp.weight_numel)) if factored else \
+        (rand(num_edges, tp.weight_numel), None)
+    g = rand(num_nodes, tp.irreps_out.dim)
+    xs = [rand(num_nodes, tp.irreps_in1.dim) for _ in FORMS]
+    ys = [rand(num_edges, tp.irreps_in2.dim) for _ in FORMS]
+    grads = [g, g, rand(num_nodes, tp.irreps_out.dim), g]
+    forms = [(x, y, gr, *slots) for x, y, gr, slots in zip(xs, ys, grads, FORMS, strict=True)]
+    for subset in (forms, forms[:2], forms[2:3]):
+        got = conv_edge_forms(subset, w, graph, desc, True, basis, factored)
+        expected = [None] * 5
+        for x, y, gr, attr, need_x, out in subset:
+            single = conv_edge(x, y, w, gr, graph, desc, attr, True, basis, factored, need_x, out)
+            expected = [e if s.numel() == 0 else s if e is None else e + s
+                        for e, s in zip(expected, single, strict=True)]
+        for a, b in zip(got, expected, strict=True):
+            if b is None or b.numel() == 0:
+                assert a.numel() == 0
+            else:
+                assert a.shape == b.shape and rel_err(a, b) < 1e-12
+        assert got[4].numel() == 0 or got[4][-5:].abs().sum() == 0
+
+
+def test_edge_forms_checks_and_is_not_differentiable(float64_default):
+    from cfmtrain.kernels.conv import conv_edge_forms
+
+    tp = make_tp("2x0e+2x1o", 2)
+    edge_index = torch.tensor([[0, 1, 2, 2, 3, 0], [1, 0, 0, 3, 3, 2]])
+    desc, graph = conv_descriptor(tp), conv_graph(edge_index, 4)
+    x, y, w = (t.detach() for t in random_inputs(tp, edge_index, 4))
+    g = torch.randn(4, tp.irreps_out.dim)
+    ops = torch.ops.cfmtrain
+    torch.library.opcheck(ops.channelwise_conv_edge_forms.default,
+                          ([x, x + 1], [y, y * 2], [g, g], w, None, *graph, *desc.args(),
+                           [5, 6], True, False))
+    with pytest.raises(RuntimeError, match=r"grads\[1\] must have 4 rows"):
+        conv_edge_forms([(x, y, g, True, False, False), (x, y, g[:3], False, True, False)], w,
+                        graph, desc, True)
+    with pytest.raises(RuntimeError, match="one entry per form"):
+        ops.channelwise_conv_edge_forms([x], [y], [g], w, None, *graph, *desc.args(), [1, 2],
+                                        True, False)
+    with pytest.raises(RuntimeError, match=r"slots\[0\] = 9"):
+        ops.channelwise_conv_edge_forms([x], [y], [g], w, None, *graph, *desc.args(), [9],
+                                        True, False)
+    out = conv_edge_forms([(x, y.requires_grad_(), g, True, False, False)], w, graph, desc, True)
+    with pytest.raises(RuntimeError, match="not differentiable"):
+        out[0].sum().backward()
+
+
+def test_double_backward_merges_the_forms_sharing_weights(float64_default, monkeypatch):
+    """A force-trained loss's backward (no graph built) runs the double backward's forms that
+    share the conv's weights as one edge pass, and its gradients stay mace-torch's; a backward
+    that builds a graph runs them one by one (so that they can be differentiated again)."""
+    from cfmtrain.kernels import conv, fuse_model
+
+    torch.manual_seed(0)
+    model = make_model(*BLOCKS[1])
+    batch = batch_of(structures())
+    expected = model_outputs(model, batch)
+    fuse_model(model)
+    merged, real = [], conv.conv_edge_forms
+
+    def recording(forms, *args, **kwargs):
+        merged.append(len(forms))
+        return real(forms, *args, **kwargs)
+
+    monkeypatch.setattr(conv, "conv_edge_forms", recording)
+    got = model_outputs(model, batch)
+    assert merged and min(merged) >= 2
+    for a, b in zip(got, expected, strict=True):
+        assert rel_err(a, b) < 1e-10
+    merged.clear()
+    data = {k: v.clone() if torch.is_tensor(v) else v for k, v in batch.items()}
+    out = model(data, training=True, compute_force=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    torch.autograd.grad(out["forces"].pow(2).sum(), params, create_graph=True, allow_unused=True)
+    assert not merged
+
+
 def test_benchmark_convs_agree_with_mace():
     """`cfmtrain bench kernels` times the same messages for the fused and mace-torch convs."""
     from cfmtrain.bench.kernels_worker import conv_setup, make_batch, paper_model, supercell

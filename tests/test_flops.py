@@ -136,6 +136,26 @@ def test_edge_message_counts_the_gather_work(tp):
         edges * (gather_per_edge(tp) + 2 * basis.numel())
 
 
+@pytest.mark.parametrize("shared_grad", [True, False], ids=["one-cotangent", "two"])
+def test_edge_forms_count_the_shared_work_once(tp, shared_grad):
+    """Two forms in one pass: each form's per-edge work, the weight rows formed, contracted into
+    dH and summed into dB once, and the per-receiver H once per distinct cotangent."""
+    from cfmtrain.kernels.conv import conv_edge_forms
+
+    desc, graph = conv_descriptor(tp), conv_graph(EDGES, NODES)
+    x, y, h = inputs(tp, hidden=4)
+    basis = torch.randn(4, tp.weight_numel, dtype=torch.float64)
+    g = torch.randn(NODES, tp.irreps_out.dim, dtype=torch.float64)
+    g2 = g if shared_grad else g + 1
+    forms = [(x, y, g, True, False, False), (x + 1, y - 1, g2, False, True, False)]
+    receivers = len(set(EDGES[1].tolist()))
+    per_receiver = sum(2 * nonzero * mul for mul, _, _, _, nonzero in paths(tp))
+    expected = edge_count(tp, True, True, False) + edge_count(tp, False, True, True) \
+        - shared_grad * receivers * per_receiver + 3 * EDGES.shape[1] * 2 * basis.numel()
+    assert count_flops(lambda: conv_edge_forms(forms, h, graph, desc, True, basis, True)) == \
+        expected
+
+
 def test_contraction_counts_every_derivative_order():
     """The symmetric contraction's forward: (factors + 1) per term, row and channel, from the
     descriptors' own term lists; a double backward runs the backward and double-backward

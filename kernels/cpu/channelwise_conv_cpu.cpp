@@ -46,7 +46,9 @@ struct Path {
   std::vector<Term<T>> terms;
   int64_t h_off;  // offset of the path's H[a][j] block in the edge kernel's per-receiver scratch
   GatherFn<T> gather1, gather2, gather4;  // K = 1, 2, 4 items at once
-  EdgeFn<T> edge[8];  // by the outputs asked: attribute (1) | weight (2) | sender features (4)
+  // by the outputs asked: attribute (1) | weight (2) | sender features (4); + 8: the weight
+  // gradient is added to the row (a later form of a multi-form pass) instead of stored
+  EdgeFn<T> edge[16];
 };
 
 // ---- SIMD helpers: a block of channels is NV registers of four AVX lanes (GCC vectors) --------
@@ -138,8 +140,9 @@ void gather_path(const Path<T>& p, const Item<T>* items, T* o) {
 
 // The edge slots through H[a][j] = sum_b c_{a j b} g_b (per receiver): with P_j = sum_a x_a H[a][j],
 // gw = sum_j y_j P_j and gy_j = <P_j, w>; the sender's feature gradient (transposed gather) is
-// gx_a += w * Q_a with Q_a = sum_j y_j H[a][j], from the same H loads.
-template <typename T, int IN, int J, bool NeedY, bool NeedW, bool NeedX>
+// gx_a += w * Q_a with Q_a = sum_j y_j H[a][j], from the same H loads. gw is stored, or with AccW
+// added to what an earlier form of the same pass stored.
+template <typename T, int IN, int J, bool NeedY, bool NeedW, bool NeedX, bool AccW>
 void edge_path(const Path<T>& p, const T* h, const T* xs, const T* y, const T* w, T* gy, T* gw,
                T* gx) {
   using VT = typename Simd<T>::V;
@@ -178,7 +181,14 @@ void edge_path(const Path<T>& p, const T* h, const T* xs, const T* y, const T* w
       }
     }
     if constexpr (NeedW)
-      for (int n = 0; n < NV; ++n) store(gw + p.w_off + u0 + n * L, acc[n]);
+      for (int n = 0; n < NV; ++n) {
+        T* dst = gw + p.w_off + u0 + n * L;
+        if constexpr (AccW) {
+          store(dst, load<V>(dst) + acc[n]);
+        } else {
+          store(dst, acc[n]);
+        }
+      }
     if constexpr (NeedX)
       for (int64_t a = 0; a < in; ++a)
         for (int n = 0; n < NV; ++n) {
@@ -234,11 +244,11 @@ struct GatherK {
   };
 };
 
-template <typename T, bool Y, bool W, bool X>
+template <typename T, bool Y, bool W, bool X, bool A = false>
 struct EdgeK {
   template <int I, int O>
   struct K {
-    static constexpr EdgeFn<T> fn = &edge_path<T, I, O, Y, W, X>;
+    static constexpr EdgeFn<T> fn = &edge_path<T, I, O, Y, W, X, A>;
   };
 };
 
@@ -268,14 +278,19 @@ std::vector<Path<T>> load_paths(const Descriptor& desc, bool transpose) {
     path.gather1 = select_kernel<T, GatherK<T, 1>::template K>(in, out);
     path.gather2 = select_kernel<T, GatherK<T, 2>::template K>(in, out);
     path.gather4 = select_kernel<T, GatherK<T, 4>::template K>(in, out);
-    path.edge[0] = nullptr;
-    path.edge[1] = select_kernel<T, EdgeK<T, true, false, false>::template K>(in, path.y_dim);
-    path.edge[2] = select_kernel<T, EdgeK<T, false, true, false>::template K>(in, path.y_dim);
-    path.edge[3] = select_kernel<T, EdgeK<T, true, true, false>::template K>(in, path.y_dim);
-    path.edge[4] = select_kernel<T, EdgeK<T, false, false, true>::template K>(in, path.y_dim);
-    path.edge[5] = select_kernel<T, EdgeK<T, true, false, true>::template K>(in, path.y_dim);
-    path.edge[6] = select_kernel<T, EdgeK<T, false, true, true>::template K>(in, path.y_dim);
-    path.edge[7] = select_kernel<T, EdgeK<T, true, true, true>::template K>(in, path.y_dim);
+    const int64_t y = path.y_dim;
+    std::fill(std::begin(path.edge), std::end(path.edge), nullptr);
+    path.edge[1] = select_kernel<T, EdgeK<T, true, false, false>::template K>(in, y);
+    path.edge[2] = select_kernel<T, EdgeK<T, false, true, false>::template K>(in, y);
+    path.edge[3] = select_kernel<T, EdgeK<T, true, true, false>::template K>(in, y);
+    path.edge[4] = select_kernel<T, EdgeK<T, false, false, true>::template K>(in, y);
+    path.edge[5] = select_kernel<T, EdgeK<T, true, false, true>::template K>(in, y);
+    path.edge[6] = select_kernel<T, EdgeK<T, false, true, true>::template K>(in, y);
+    path.edge[7] = select_kernel<T, EdgeK<T, true, true, true>::template K>(in, y);
+    path.edge[8 + 2] = select_kernel<T, EdgeK<T, false, true, false, true>::template K>(in, y);
+    path.edge[8 + 3] = select_kernel<T, EdgeK<T, true, true, false, true>::template K>(in, y);
+    path.edge[8 + 6] = select_kernel<T, EdgeK<T, false, true, true, true>::template K>(in, y);
+    path.edge[8 + 7] = select_kernel<T, EdgeK<T, true, true, true, true>::template K>(in, y);
     paths.push_back(std::move(path));
   }
   return paths;
@@ -422,24 +437,43 @@ void gather_kernel(const at::Tensor& src, const at::Tensor& attr, const Weights&
   }
 }
 
+// A form's pointers in the edge kernel; h: its per-receiver H scratch (-1: none needed), shared
+// by forms with the same cotangent.
 template <typename T>
-void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& weights,
-                 const at::Tensor& grad, const Graph& g, const std::vector<Path<T>>& paths,
-                 T* gy_ptr, at::Tensor* g_weight, at::Tensor* g_basis, at::Tensor* g_x,
-                 at::Tensor* out) {
-  const T* x_ptr = x.data_ptr<T>();
-  const T* y_ptr = attr.data_ptr<T>();
-  const T* g_ptr = grad.data_ptr<T>();
+struct FormRows {
+  const T *x, *y, *g;
+  bool attr, x_grad, out;
+  int h;
+};
+
+template <typename T>
+void edge_kernel(const std::vector<EdgeForm>& forms, const Weights& weights, const Graph& g,
+                 const std::vector<Path<T>>& paths, T* gy_ptr, at::Tensor* g_weight,
+                 at::Tensor* g_basis, at::Tensor* g_x, at::Tensor* out) {
   const int64_t* snd = g.sender.data_ptr<int64_t>();
   const int64_t* row = g.recv_rowptr.data_ptr<int64_t>();
   const int64_t* prm = g.recv_perm.data_ptr<int64_t>();
-  const int64_t x_stride = x.size(1), y_stride = attr.size(1);
-  const int64_t g_stride = grad.size(1), n_recv = g.recv_rowptr.size(0) - 1;
+  const int64_t x_stride = forms[0].x.size(1), y_stride = forms[0].edge_attr.size(1);
+  const int64_t g_stride = forms[0].grad.size(1), n_recv = g.recv_rowptr.size(0) - 1;
   const bool factored = weights.factored();
-  const int64_t n_edges = attr.size(0);
+  const int64_t n_edges = forms[0].edge_attr.size(0);
   const int64_t w_dim = (factored ? weights.basis : weights.weight).size(1);
   const bool need_gw = g_weight != nullptr || g_basis != nullptr;
-  const bool need_h = gy_ptr != nullptr || need_gw || g_x != nullptr;  // (not for out alone)
+  std::vector<FormRows<T>> fr;
+  std::vector<const T*> h_grads;  // the cotangent of each H scratch
+  bool rows_needed = false;  // weight rows are read (attribute, x or message slots)
+  for (const auto& f : forms) {
+    FormRows<T> r{f.x.data_ptr<T>(), f.edge_attr.data_ptr<T>(), f.grad.data_ptr<T>(),
+                  f.need_attr, f.need_x, f.need_out, -1};
+    if (r.attr || need_gw || r.x_grad) {  // (not for the message alone)
+      auto same = std::find(h_grads.begin(), h_grads.end(), r.g);
+      r.h = static_cast<int>(same - h_grads.begin());
+      if (same == h_grads.end()) h_grads.push_back(r.g);
+    }
+    rows_needed = rows_needed || r.attr || r.x_grad || r.out;
+    fr.push_back(r);
+  }
+  const int64_t n_h = static_cast<int64_t>(h_grads.size());
   T* gw_ptr = g_weight && !factored ? g_weight->data_ptr<T>() : nullptr;
   int64_t h_size = 1;
   for (const auto& p : paths) h_size = std::max(h_size, p.h_off + p.in_dim * p.y_dim * p.mul);
@@ -447,23 +481,24 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& wei
   const int64_t n_chunks = static_cast<int64_t>(bounds.size()) - 1;
   const int64_t capacity = tile_capacity(bounds, row);
   const int64_t step = factored ? 1 : 4;
-  const bool threads = worth_threads(paths, n_edges);
+  const bool threads = worth_threads(paths, n_edges * static_cast<int64_t>(forms.size()));
   const int64_t n_threads = threads ? at::get_num_threads() : 1;
   std::vector<at::Tensor> basis_sums(n_threads);  // per thread: sum over its edges of H^T gW
   std::vector<at::Tensor> x_sums(n_threads);      // per thread: its edges' sender gradients
+  const at::TensorOptions options = forms[0].x.options();
 
-  // Receiver order: H is built once per receiver and reused by its edges.
+  // Receiver order: H is built once per receiver (and cotangent) and reused by its edges.
 #pragma omp parallel num_threads(n_threads) if (threads)
   {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;  // the tiles' matmuls, per thread
-    std::vector<T> h(h_size), mats(4 * kMaxDim * kMaxDim);
+    std::vector<T> h(std::max<int64_t>(n_h, 1) * h_size), mats(4 * kMaxDim * kMaxDim);
     ItemSink<T> sink{paths, mats.data()};
     WeightRows<T> rows(weights, capacity);
     at::Tensor gw_tile, gh_tile, basis_sum;
-    if (factored && need_gw) gw_tile = at::empty({capacity, w_dim}, x.options());
-    if (factored && g_weight) gh_tile = at::empty({capacity, weights.weight.size(1)}, x.options());
-    if (factored && g_basis) basis_sum = at::zeros_like(weights.basis, x.options());
-    at::Tensor x_sum = g_x ? at::zeros_like(x) : at::Tensor();
+    if (factored && need_gw) gw_tile = at::empty({capacity, w_dim}, options);
+    if (factored && g_weight) gh_tile = at::empty({capacity, weights.weight.size(1)}, options);
+    if (factored && g_basis) basis_sum = at::zeros_like(weights.basis, options);
+    at::Tensor x_sum = g_x ? at::zeros_like(forms[0].x) : at::Tensor();
     T* gx_base = g_x ? x_sum.data_ptr<T>() : nullptr;
 #pragma omp for schedule(dynamic, step)
     for (int64_t c = 0; c < n_chunks; ++c) {
@@ -474,19 +509,20 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& wei
                       (bounds[c + 1] - bounds[c]) * g_stride, T(0));
         continue;
       }
-      rows.load(prm, q0, q1, gy_ptr != nullptr || g_x != nullptr || out != nullptr);
+      rows.load(prm, q0, q1, rows_needed);
       for (int64_t r = bounds[c]; r < bounds[c + 1]; ++r) {
         if (row[r] == row[r + 1]) {
           if (out) std::fill_n(out->data_ptr<T>() + r * g_stride, g_stride, T(0));
           continue;
         }
-        if (need_h) receiver_h(paths, g_ptr + r * g_stride, h.data());
+        for (int64_t i = 0; i < n_h; ++i) receiver_h(paths, h_grads[i] + r * g_stride, &h[i * h_size]);
         if (out) sink.start(out->data_ptr<T>() + r * g_stride, g_stride);
         for (int64_t q = row[r]; q < row[r + 1]; ++q) {
           const int64_t e = prm[q];
           if (q + kAhead < n_edges) {
             if (!factored) prefetch_row(rows.row(q + kAhead, q0, prm[q + kAhead]), w_dim);
-            prefetch_row(x_ptr + snd[prm[q + kAhead]] * x_stride, x_stride);
+            for (const auto& f : fr)
+              if (f.h >= 0 || f.out) prefetch_row(f.x + snd[prm[q + kAhead]] * x_stride, x_stride);
           }
           T* gy = gy_ptr ? gy_ptr + e * y_stride : nullptr;
           T* gw = !need_gw ? nullptr
@@ -494,12 +530,19 @@ void edge_kernel(const at::Tensor& x, const at::Tensor& attr, const Weights& wei
           if (gy) std::fill(gy, gy + y_stride, T(0));
           T* gx = gx_base ? gx_base + snd[e] * x_stride : nullptr;
           const T* w = rows.row(q, q0, e);  // read for gy, gx, out only (a tile row is formed then)
-          const int kind = (gy ? 1 : 0) | (gw ? 2 : 0) | (gx ? 4 : 0);
-          if (kind)
+          bool gw_stored = false;  // the first form stores its weight gradient, later ones add
+          for (const auto& f : fr) {
+            const int kind = (f.attr ? 1 : 0) | (gw ? 2 : 0) | (f.x_grad ? 4 : 0);
+            if (!kind) continue;
+            const int fn = kind | (gw && gw_stored ? 8 : 0);
+            const T* hf = &h[f.h * h_size];
             for (const auto& p : paths)
-              p.edge[kind](p, h.data() + p.h_off, x_ptr + snd[e] * x_stride,
-                           y_ptr + e * y_stride, w, gy, gw, gx);
-          if (out) sink.add(x_ptr + snd[e] * x_stride, y_ptr + e * y_stride, w);
+              p.edge[fn](p, hf + p.h_off, f.x + snd[e] * x_stride, f.y + e * y_stride, w,
+                         f.attr ? gy : nullptr, gw, f.x_grad ? gx : nullptr);
+            gw_stored = gw_stored || gw != nullptr;
+          }
+          for (const auto& f : fr)
+            if (f.out) sink.add(f.x + snd[e] * x_stride, f.y + e * y_stride, w);
         }
         if (out) sink.finish();
       }
@@ -545,29 +588,44 @@ at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr, const 
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_cpu(
-    const at::Tensor& x, const at::Tensor& edge_attr, const Weights& weights,
-    const at::Tensor& grad, const Graph& graph, const Descriptor& desc, bool need_attr,
-    bool need_weight, bool need_basis, bool need_x, bool need_out) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_forms_cpu(
+    const std::vector<EdgeForm>& forms, const Weights& weights, const Graph& graph,
+    const Descriptor& desc, bool need_weight, bool need_basis) {
+  TORCH_CHECK(!forms.empty(), "channelwise_conv: an edge pass needs at least one form");
   const bool factored = weights.factored();
   need_basis = need_basis && factored;
-  const auto none = [&] { return at::empty({0}, x.options()); };
-  at::Tensor out = need_out ? at::empty_like(grad) : none();  // every row written
-  at::Tensor gy = need_attr ? at::empty_like(edge_attr) : none();
+  bool need_attr = false, need_x = false, need_out = false;
+  for (const auto& f : forms) {
+    need_attr = need_attr || f.need_attr;
+    need_x = need_x || f.need_x;
+    need_out = need_out || f.need_out;
+  }
+  const EdgeForm& first = forms[0];
+  const auto none = [&] { return at::empty({0}, first.x.options()); };
+  at::Tensor out = need_out ? at::empty_like(first.grad) : none();  // every row written
+  at::Tensor gy = need_attr ? at::empty_like(first.edge_attr) : none();
   // The paths' weight segments tile each row (checked by the caller): no zero fill needed.
   at::Tensor gw = need_weight ? at::empty_like(weights.weight) : none();
   at::Tensor gb = need_basis ? at::empty_like(weights.basis) : none();
-  at::Tensor gx = need_x ? at::empty_like(x) : none();
+  at::Tensor gx = need_x ? at::empty_like(first.x) : none();
   if (!need_attr && !need_weight && !need_basis && !need_x && !need_out)
     return {gy, gw, gb, gx, out};
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "channelwise_conv_edge", [&] {
+  AT_DISPATCH_FLOATING_TYPES(first.x.scalar_type(), "channelwise_conv_edge", [&] {
     const auto paths = load_paths<scalar_t>(desc, false);
-    edge_kernel<scalar_t>(x, edge_attr, weights, grad, graph, paths,
+    edge_kernel<scalar_t>(forms, weights, graph, paths,
                           need_attr ? gy.data_ptr<scalar_t>() : nullptr,
                           need_weight ? &gw : nullptr, need_basis ? &gb : nullptr,
                           need_x ? &gx : nullptr, need_out ? &out : nullptr);
   });
   return {gy, gw, gb, gx, out};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_cpu(
+    const at::Tensor& x, const at::Tensor& edge_attr, const Weights& weights,
+    const at::Tensor& grad, const Graph& graph, const Descriptor& desc, bool need_attr,
+    bool need_weight, bool need_basis, bool need_x, bool need_out) {
+  return edge_forms_cpu({{x, edge_attr, grad, need_attr, need_x, need_out}}, weights, graph,
+                        desc, need_weight, need_basis);
 }
 
 }  // namespace cfmtrain::conv

@@ -46,4 +46,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_cpu(
     const at::Tensor& grad, const Graph& graph, const Descriptor& desc, bool need_attr,
     bool need_weight, bool need_basis, bool need_x, bool need_out);
 
+// One conv form <grad, F(x, edge_attr, weights)> of a multi-form edge pass, with the slots asked
+// of it besides the shared weight and basis slots.
+struct EdgeForm {
+  at::Tensor x, edge_attr, grad;
+  bool need_attr, need_x, need_out;
+};
+
+// edge_cpu of several forms that share the weights, summed: every slot's output is the sum of the
+// forms' outputs for it (the weight and basis slots over every form), from one pass that forms
+// each weight row once, contracts the summed weight gradients once, and builds the per-receiver
+// cotangent terms once per distinct grad tensor.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_forms_cpu(
+    const std::vector<EdgeForm>& forms, const Weights& weights, const Graph& graph,
+    const Descriptor& desc, bool need_weight, bool need_basis);
+
 }  // namespace cfmtrain::conv

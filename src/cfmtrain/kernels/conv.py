@@ -185,6 +185,24 @@ def conv_edge(x: torch.Tensor, attr: torch.Tensor, weight: torch.Tensor, grad: t
         need_weight, need_basis, need_x, need_out)
 
 
+EdgeForm = tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool, bool, bool]
+EdgeSlots = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def conv_edge_forms(forms: list[EdgeForm], weight: torch.Tensor, graph: ConvGraph,
+                    desc: ConvDescriptor, need_weight: bool, basis: torch.Tensor | None = None,
+                    need_basis: bool = False) -> EdgeSlots:
+    """`conv_edge` of several forms (x, attr, grad, need_attr, need_x, need_out) sharing the
+    weights, summed slot by slot (weight and basis over every form), in one pass that forms each
+    weight row once. Not differentiable: a backward that builds a graph calls `conv_edge` per
+    form."""
+    xs, attrs, grads = ([f[i].contiguous() for f in forms] for i in range(3))
+    slots = [int(f[3]) | 2 * int(f[4]) | 4 * int(f[5]) for f in forms]
+    return _OPS.channelwise_conv_edge_forms(
+        xs, attrs, grads, weight.contiguous(), None if basis is None else basis.contiguous(),
+        *graph, *desc.args(), slots, need_weight, need_basis)
+
+
 def channelwise_conv(node_feats: torch.Tensor, edge_attrs: torch.Tensor, tp_weights: torch.Tensor,
                      graph: ConvGraph, desc: ConvDescriptor, basis: torch.Tensor | None = None,
                      ir_mul_out: bool = False) -> torch.Tensor:
@@ -218,6 +236,19 @@ def _edge_fake(x, attr, weight, grad, basis, sender, receiver, recv_rowptr, recv
             grad.new_empty(grad.shape if need_out else (0,)))
 
 
+@torch.library.register_fake("cfmtrain::channelwise_conv_edge_forms")
+def _edge_forms_fake(xs, edge_attrs, grads, weight, basis, sender, receiver, recv_rowptr,
+                     recv_perm, send_rowptr, send_perm, paths, terms, coeffs, dims, slots,
+                     need_weight, need_basis):
+    x, attr, grad = xs[0], edge_attrs[0], grads[0]
+    need_basis = need_basis and basis is not None
+    return (attr.new_empty(attr.shape if any(s & 1 for s in slots) else (0,)),
+            weight.new_empty(weight.shape if need_weight else (0,)),
+            weight.new_empty(basis.shape if need_basis else (0,)),
+            x.new_empty(x.shape if any(s & 2 for s in slots) else (0,)),
+            grad.new_empty(grad.shape if any(s & 4 for s in slots) else (0,)))
+
+
 def _path_sizes(paths: torch.Tensor, transpose: bool = False) -> tuple[torch.Tensor, ...]:
     """Per path (descriptor columns, see ConvDescriptor): channels, gathered and accumulated
     irrep dimensions (swapped by `transpose`), attribute dimension, CG terms."""
@@ -237,6 +268,35 @@ def _gather_flops(src, attr, weight, basis, sender, receiver, recv_rowptr, recv_
     return sender.numel() * (per_edge + (2 * basis.numel() if basis is not None else 0))
 
 
+def _form_flops(paths: torch.Tensor, need_attr: bool, need_gw: bool, need_x: bool,
+                need_out: bool) -> int:
+    """Per-edge FLOPs of one form in the edge kernel, without forming factored weight rows."""
+    mul, d_in, d_out, y_dim, n_terms = _path_sizes(paths)
+    need_p = need_gw or need_attr
+    return int((need_p * 2 * d_in * y_dim * mul + (need_gw + need_attr) * 2 * y_dim * mul
+                + need_x * 2 * d_in * (y_dim + 1) * mul
+                + need_out * (2 * n_terms + d_in * mul + 2 * d_in * d_out * mul)).sum())
+
+
+def _pass_flops(paths: torch.Tensor, recv_rowptr: torch.Tensor, num_edges: int,
+                basis: torch.Tensor | None, forms: list[tuple[bool, bool, bool]],
+                distinct_h: int, need_weight: bool, need_basis: bool) -> int:
+    """FLOPs of an edge pass over `forms` (need_attr, need_x, need_out) sharing the weights;
+    `distinct_h`: how many per-receiver H the forms build (one per distinct cotangent)."""
+    factored = basis is not None
+    need_basis = need_basis and factored
+    need_gw = need_weight or need_basis
+    if not (need_gw or any(a or x or o for a, x, o in forms)):
+        return 0
+    mul, _, _, _, n_terms = _path_sizes(paths)
+    receivers = int((recv_rowptr[1:] > recv_rowptr[:-1]).sum())
+    per_edge = sum(_form_flops(paths, a, need_gw, x, o) for a, x, o in forms)
+    if factored:
+        rows = any(a or x or o for a, x, o in forms)
+        per_edge += (rows + need_weight + need_basis) * 2 * basis.numel()
+    return distinct_h * receivers * int((2 * n_terms * mul).sum()) + num_edges * per_edge
+
+
 @register_flop_formula(_OPS.channelwise_conv_edge, get_raw=True)
 def _edge_flops(x, attr, weight, grad, basis, sender, receiver, recv_rowptr, recv_perm,
                 send_rowptr, send_perm, paths, terms, coeffs, dims, need_attr, need_weight,
@@ -249,21 +309,23 @@ def _edge_flops(x, attr, weight, grad, basis, sender, receiver, recv_rowptr, rec
     channels) and w Q_a (2 in channels); for the message, the gather's work per edge; a factored
     weight costs 2 K w_dim per edge for each of: the weight row (attribute, x or message), its
     gradient contracted into dH, the per-edge sum into dB."""
-    factored = basis is not None
-    need_basis = need_basis and factored
-    need_gw = need_weight or need_basis
-    if not (need_attr or need_gw or need_x or need_out):
-        return 0
-    mul, d_in, d_out, y_dim, n_terms = _path_sizes(paths)
-    receivers = int((recv_rowptr[1:] > recv_rowptr[:-1]).sum())
-    need_p, need_h = need_gw or need_attr, need_gw or need_attr or need_x
-    per_edge = int((need_p * 2 * d_in * y_dim * mul + (need_gw + need_attr) * 2 * y_dim * mul
-                    + need_x * 2 * d_in * (y_dim + 1) * mul
-                    + need_out * (2 * n_terms + d_in * mul + 2 * d_in * d_out * mul)).sum())
-    if factored:
-        per_edge += ((need_attr or need_x or need_out) + need_weight + need_basis) \
-            * 2 * basis.numel()
-    return need_h * receivers * int((2 * n_terms * mul).sum()) + sender.numel() * per_edge
+    need_h = need_weight or (need_basis and basis is not None) or need_attr or need_x
+    return _pass_flops(paths, recv_rowptr, sender.numel(), basis,
+                       [(need_attr, need_x, need_out)], int(need_h), need_weight, need_basis)
+
+
+@register_flop_formula(_OPS.channelwise_conv_edge_forms, get_raw=True)
+def _edge_forms_flops(xs, edge_attrs, grads, weight, basis, sender, receiver, recv_rowptr,
+                      recv_perm, send_rowptr, send_perm, paths, terms, coeffs, dims, slots,
+                      need_weight, need_basis, out_val=None) -> int:
+    """The edge kernel's FLOPs over several forms: each form's per-edge work, the weight rows
+    formed and contracted once, and one per-receiver H per distinct cotangent."""
+    need_gw = need_weight or (need_basis and basis is not None)
+    forms = [(bool(s & 1), bool(s & 2), bool(s & 4)) for s in slots]
+    with_h = [g for g, (a, x, _) in zip(grads, forms, strict=True) if need_gw or a or x]
+    distinct = len({id(g) for g in with_h})
+    return _pass_flops(paths, recv_rowptr, sender.numel(), basis, forms, distinct, need_weight,
+                       need_basis)
 
 
 def _setup(ctx, inputs: tuple, num_tensors: int) -> None:
@@ -354,6 +416,8 @@ def _edge_backward(ctx, a_attr, a_weight, a_basis, a_x, a_out):
     else:
         forms.append(((x, attr, torch.cat([a_weight, weight], 1), torch.cat([basis, a_basis], 0),
                        g), w_slots, True))
+    if not torch.is_grad_enabled():  # nothing differentiates this backward: merge the forms
+        forms = _merge_shared_weight_forms(forms, need, ctx.graph, ctx.desc, d)
     for (xf, yf, wf, bf, gf), slots, weight_form in forms:
         ask = {name: need[_EDGE_SLOT[name]] for name in slots}
         if weight_form:
@@ -376,6 +440,32 @@ def _edge_backward(ctx, a_attr, a_weight, a_basis, a_x, a_out):
     return tuple(d)
 
 
+def _merge_shared_weight_forms(forms: list, need: list[bool], graph: ConvGraph,
+                               desc: ConvDescriptor, d: list) -> list:
+    """Runs the forms that keep the op's own weights (all but F(W=a_W)) as one edge pass, which
+    forms each weight row once and contracts the summed weight gradient once, adding its slots
+    into `d`; returns the forms left to run one by one. Two forms or more only."""
+    shared = [f for f in forms if not f[2]]
+    if len(shared) < 2:
+        return forms
+    _, _, weight, basis, _ = shared[0][0]
+    parts = []
+    for (xf, yf, _, _, gf), slots, _ in shared:
+        parts.append((xf, yf, gf, "attr" in slots and need[_EDGE_SLOT["attr"]],
+                      "x" in slots and need[_EDGE_SLOT["x"]],
+                      "out" in slots and need[_EDGE_SLOT["out"]]))
+    # every shared form has the weight and basis slots
+    need_w, need_b = need[_EDGE_SLOT["weight"]], basis is not None and need[_EDGE_SLOT["basis"]]
+    gy, gw, gb, gx, out = conv_edge_forms(parts, weight, graph, desc, need_w, basis, need_b)
+    got = {"attr": gy, "weight": gw, "basis": gb, "x": gx, "out": out}
+    asked = {"attr": any(p[3] for p in parts), "weight": need_w, "basis": need_b,
+             "x": any(p[4] for p in parts), "out": any(p[5] for p in parts)}
+    for name, flag in asked.items():
+        if flag:
+            d[_EDGE_SLOT[name]] = _add(d[_EDGE_SLOT[name]], got[name])
+    return [f for f in forms if f[2]]
+
+
 def _add(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
     return b if a is None else a if b is None else a + b
 
@@ -386,6 +476,14 @@ torch.library.register_autograd(
 torch.library.register_autograd(
     "cfmtrain::channelwise_conv_edge", _edge_backward,
     setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 5))
+
+
+def _no_forms_backward(ctx, *grads):
+    raise RuntimeError("channelwise_conv_edge_forms is not differentiable: differentiate "
+                       "conv_edge per form (the edge op's backward does so when it builds a graph)")
+
+
+torch.library.register_autograd("cfmtrain::channelwise_conv_edge_forms", _no_forms_backward)
 
 
 class FusedChannelwiseConv(Adopting):
