@@ -67,6 +67,26 @@ def test_harness_end_to_end(tmp_path, monkeypatch):
             100 * gflops / peaks.loc[dtype, "gflop_s"])
 
 
+@pytest.mark.slow
+def test_compiled_fused_model_forces_pass():
+    """The compiled fused model's energy+forces row runs (with training=True, as MACECalculator
+    runs a compiled model; training=False frees the forces' graph, which the compiled function's
+    own backward trace then needs) and gives the eager fused model's forces."""
+    import torch
+
+    from cfmtrain.bench import kernels_worker
+
+    config = {"op": "model", "model": "tiny", "cg": "original", "atoms": 16,
+              "dtype": "float32", "pass": "forward_backward"}
+    seen = {}
+    for impl in ("fused", "fused_compile"):
+        step, _ = kernels_worker.setup({**config, "impl": impl})
+        seen[impl] = step(True)
+    for name in ("interaction_energy", "forces"):
+        torch.testing.assert_close(seen["fused_compile"][name], seen["fused"][name],
+                                   rtol=1e-5, atol=1e-6)
+
+
 def test_reps_below_five_refused(capsys):
     with pytest.raises(SystemExit):
         _parse(["--reps", "4"])

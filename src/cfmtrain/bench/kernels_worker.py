@@ -122,9 +122,11 @@ def _grads(params: list[torch.Tensor]) -> torch.Tensor:
 
 
 def model_pass(model: torch.nn.Module, batch: dict, kind: str,
-               params: list[torch.Tensor]) -> Step:
+               params: list[torch.Tensor], compiled: bool = False) -> Step:
     """forward: energy; forward_backward: energy and forces; train_step: E+F loss, Adam step.
-    `params`: the model's parameters in a fixed (name) order, for the fingerprint."""
+    `params`: the model's parameters in a fixed (name) order, for the fingerprint. A `compiled`
+    model takes its forces with training=True, as MACECalculator runs a compiled model: the
+    graph traced for the forces' backward must be kept for the compiled function's own."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
     def step(record: bool = False) -> dict | None:
@@ -133,7 +135,7 @@ def model_pass(model: torch.nn.Module, batch: dict, kind: str,
                 out = model(dict(batch), training=False, compute_force=False)
             return {"interaction_energy": out["interaction_energy"]} if record else None
         if kind == "forward_backward":
-            out = model(dict(batch), training=False, compute_force=True)
+            out = model(dict(batch), training=compiled, compute_force=True)
             return {"interaction_energy": out["interaction_energy"],
                     "forces": out["forces"]} if record else None
         out = model(dict(batch), training=True, compute_force=True)
@@ -254,7 +256,8 @@ def setup_model(config: dict, model: torch.nn.Module, batch: dict) -> tuple[Step
                             if config["impl"] == "fused_compile" else "torch.compile")
         # the compiled graph cannot turn on requires_grad of an input (forces differentiate it)
         batch = {**batch, "positions": batch["positions"].detach().requires_grad_(True)}
-    return model_pass(model, batch, config["pass"], params), facts
+    compiled = config["impl"] in ("compile", "fused_compile")
+    return model_pass(model, batch, config["pass"], params, compiled), facts
 
 
 def setup_contraction(config: dict, model: torch.nn.Module, batch: dict) -> tuple[Step, dict]:
