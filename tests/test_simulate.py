@@ -226,6 +226,41 @@ def test_validation_predicts_cells_from_the_calibration(tmp_path):
                        Network(), 0.0)
 
 
+def test_validation_of_flagged_cells_by_why_they_were_flagged(tmp_path):
+    """A cell flagged only because the host ran slower (its CPU time on identical work up as
+    much as its wall time) is validated by wall time, its CPU time being no better evidence; a
+    cell whose reported repeat lost CPU to steal waited for cores and is validated by CPU time;
+    a flagged summary without per-repeat measures counts as waiting too."""
+    import json
+
+    laws = {"mace": fit_cost_model(calibration_points(), "mace", column="step_cpu_s")}
+    rows = {}
+    for name, repeat in (("slower", {"wall_cpu_ratio": 1.01, "steal_fraction": 0.0,
+                                     "cpu_slowdown": 0.3}),
+                         ("stolen", {"wall_cpu_ratio": 1.01, "steal_fraction": 0.05,
+                                     "cpu_slowdown": 0.0}),
+                         ("old", None)):
+        folder = write_run(tmp_path / name, "d", "baseline", 1)
+        steps = pd.read_csv(folder / "steps.csv")
+        steps.assign(compute_cpu_s=steps.compute_s).to_csv(folder / "steps.csv", index=False)
+        summary = json.loads((folder / "summary.json").read_text())
+        summary["contended"] = True
+        if repeat is not None:
+            unused = {"wall_cpu_ratio": 3.0, "steal_fraction": 0.5, "used": False}
+            summary["repeats"] = [{**repeat, "contended": True, "used": True}, unused]
+            summary["contention_thresholds"] = {"max_wall_cpu_ratio": 1.15,
+                                                "max_steal_fraction": 0.02}
+        (folder / "summary.json").write_text(json.dumps(summary))
+        rows[name] = cross_validate(laws, load_runs([folder]), kernels_of, Network(),
+                                    0.0).iloc[0]
+    assert all(row.contended for row in rows.values())
+    assert rows["slower"].validated_by == "wall time (host slower)"
+    assert rows["slower"].validation_error == rows["slower"].epoch_rel_error
+    for name in ("stolen", "old"):
+        assert rows[name].validated_by == "CPU time (contended cell)"
+        assert rows[name].validation_error == rows[name].cpu_rel_error
+
+
 def test_scaling_table_balanced_beats_fixed_count():
     rng = np.random.default_rng(0)
     atoms = rng.integers(1, 500, 4000)

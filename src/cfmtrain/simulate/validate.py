@@ -2,9 +2,11 @@
 plus the data wait of its cells) and their validation on the cells: each cell's epoch time
 predicted from its own batches' atoms and edges, with the data wait taken from the variant's
 cells at the other rank counts, against the epoch time it measured; and its compute against
-the compute CPU time it measured. A contended cell (its compute wall/CPU above the cells'
-threshold, or flagged so in summary.json) waited for cores: its wall time is no evidence about
-the cost law, its CPU time is, and that error is the one its validation counts.
+the compute CPU time it measured. A cell that waited for cores (its compute wall/CPU above the
+cells' threshold, or a repeat it reports flagged for wall/CPU or steal in summary.json): its wall
+time is no evidence about the cost law, its CPU time is, and that error is the one its
+validation counts. A cell flagged only because the host ran slower (its speed probe or CPU time
+on identical work) keeps its wall time: its CPU time is slowed as much.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ def predict_run(run: Run, model: CostModel, network: Network,
     ratio = compute_wall_cpu(steps.to_dict("records"), int(steps.epoch.min()))[1]
     contended = (bool(run.summary.get("contended", False))
                  or ratio > Thresholds().max_wall_cpu_ratio)
+    waited = contended and waited_for_cores(run.summary, ratio)
     epoch_error = (predicted - measured) / measured
     # steps.csv of an older version has no CPU times (0 or NaN here): no CPU-time error then
     cpu_error = ((epochs[("predicted_compute", "sum")].mean() - cpu) / cpu if cpu > 0
@@ -112,9 +115,28 @@ def predict_run(run: Run, model: CostModel, network: Network,
             "step_mean_abs_rel_error": float(step_err.mean()),
             "measured_cpu_epoch_s": cpu, "cpu_rel_error": cpu_error,
             "compute_wall_cpu": ratio, "contended": contended,
-            "validation_error": cpu_error if contended else epoch_error,
-            "validated_by": "CPU time (contended cell)" if contended else "wall time",
+            "validation_error": cpu_error if waited else epoch_error,
+            "validated_by": ("CPU time (contended cell)" if waited
+                             else "wall time (host slower)" if contended else "wall time"),
             "threads": run.summary.get("provenance", {}).get("threads", np.nan)}
+
+
+def waited_for_cores(summary: dict, wall_cpu_ratio: float) -> bool:
+    """Whether a contended cell waited for cores: its steps' compute wall/CPU above the threshold,
+    or a repeat it reports with compute wall/CPU or steal above the cell's thresholds; a summary
+    without per-repeat measures (older, or a single run) counts as waiting when flagged at all."""
+    limits = Thresholds(**summary.get("contention_thresholds") or {})
+    if wall_cpu_ratio > limits.max_wall_cpu_ratio:
+        return True
+    repeats = [r for r in summary.get("repeats") or [] if r.get("used", True)]
+    if not repeats:
+        return bool(summary.get("contended", False))
+
+    def above(value, limit: float) -> bool:
+        return value is not None and float(value) > limit
+
+    return any(above(r.get("wall_cpu_ratio"), limits.max_wall_cpu_ratio)
+               or above(r.get("steal_fraction"), limits.max_steal_fraction) for r in repeats)
 
 
 def cross_validate(laws: dict[str, CostModel], runs: list[Run], path_of: Callable[[str], str],
