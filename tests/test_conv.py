@@ -491,6 +491,16 @@ def test_factored_weights_equal_stored_product(float64_default, threads):
         assert rel_err(a, r) < 1e-10
 
 
+def edge_pass_problem(threads: int, seed: int):
+    """(tp, generator, descriptor, graph) of a threaded edge pass: 3000 random edges among 60
+    nodes, of which the last 5 receive none."""
+    torch.set_num_threads(threads)
+    tp = make_tp("16x0e+16x1o", 3)
+    gen = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, 55, (2, 3000), generator=gen)
+    return tp, gen, conv_descriptor(tp), conv_graph(edge_index, 60)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("factored", [False, True], ids=["stored", "factored"])
 def test_edge_pass_message_equals_gather(float64_default, threads, factored):
@@ -498,12 +508,9 @@ def test_edge_pass_message_equals_gather(float64_default, threads, factored):
     the gather's, alone or beside the other slots, with nodes that receive no edge."""
     from cfmtrain.kernels.conv import conv_edge, conv_gather
 
-    torch.set_num_threads(threads)
-    tp = make_tp("16x0e+16x1o", 3)
-    gen = torch.Generator().manual_seed(9)
+    tp, gen, desc, graph = edge_pass_problem(threads, 9)
     num_nodes, num_edges = 60, 3000
-    edge_index = torch.randint(0, num_nodes - 5, (2, num_edges), generator=gen)
-    desc, graph = conv_descriptor(tp), conv_graph(edge_index, num_nodes)
+    edge_index = torch.stack([graph.sender, graph.receiver])
     x, y, w = (t.detach() for t in random_inputs(tp, edge_index, num_nodes))
     basis = torch.randn(8, tp.weight_numel, generator=gen) if factored else None
     if factored:
@@ -532,12 +539,8 @@ def test_edge_forms_equal_the_sum_of_single_passes(float64_default, threads, fac
     nodes that receive no edge; one form alone is `conv_edge`."""
     from cfmtrain.kernels.conv import conv_edge, conv_edge_forms
 
-    torch.set_num_threads(threads)
-    tp = make_tp("16x0e+16x1o", 3)
-    gen = torch.Generator().manual_seed(10)
+    tp, gen, desc, graph = edge_pass_problem(threads, 10)
     num_nodes, num_edges = 60, 3000
-    edge_index = torch.randint(0, num_nodes - 5, (2, num_edges), generator=gen)
-    desc, graph = conv_descriptor(tp), conv_graph(edge_index, num_nodes)
 
     def rand(*shape):
         return torch.randn(*shape, generator=gen)
