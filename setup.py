@@ -8,6 +8,7 @@ kernels/cuda/<op>_cuda*.cu joins the generic one only when torch was built with 
 present.
 """
 
+import copy
 import os
 import platform
 import runpy
@@ -18,7 +19,9 @@ from pybind11.setup_helpers import Pybind11Extension
 from setuptools import setup
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
-OPT = ["-O3", "-fopenmp"]
+# -g0: Python's own CFLAGS carry -g; the debug info made the conv's objects 7x larger and its
+# compile 27% slower (3:38 against 2:40 min on a 2-core host).
+OPT = ["-O3", "-g0", "-fopenmp"]
 tuned = runpy.run_path("src/cfmtrain/kernels/isa.py")["build_variants"](platform.machine())
 
 ext_modules = []
@@ -26,22 +29,21 @@ balance_sources = sorted(glob("kernels/balance/*.cpp"))
 if balance_sources:
     ext_modules.append(
         Pybind11Extension("cfmtrain._balance", balance_sources, cxx_std=17,
-                          extra_compile_args=["-O3"])
+                          extra_compile_args=["-O3", "-g0"])
     )
 
 
 
 class BuildPerExtension(BuildExtension):
-    """torch's BuildExtension with each extension's objects in its own directory: the ISA
-    variants compile the same sources with different flags."""
+    """torch's BuildExtension with each extension's objects in its own directory (the ISA
+    variants compile the same sources with different flags), so that the extensions can build in
+    parallel: each builds through its own shallow copy of the command, none changes shared
+    state."""
 
     def build_extension(self, ext):
-        shared = self.build_temp
-        self.build_temp = os.path.join(shared, ext.name)
-        try:
-            super().build_extension(ext)
-        finally:
-            self.build_temp = shared
+        own = copy.copy(self)
+        own.build_temp = os.path.join(self.build_temp, ext.name)
+        super(BuildPerExtension, own).build_extension(ext)
 
 
 # One torch extension per op and ISA variant (kernels/<op>.cpp + kernels/cpu/<op>_cpu.cpp
@@ -64,4 +66,8 @@ for entry in sorted(glob("kernels/*.cpp")):
                 f"cfmtrain._ops_{op}{variant}", sources, include_dirs=["kernels"],
                 extra_compile_args=OPT + flags, extra_link_args=["-fopenmp"]))
 
-setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildPerExtension})
+# The extensions build in parallel, one per core (each compiles its own sources with ninja), the
+# largest sources first, so that the conv's long compile overlaps the short ones.
+ext_modules.sort(key=lambda ext: -sum(os.path.getsize(s) for s in ext.sources))
+setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildPerExtension},
+      options={"build_ext": {"parallel": os.cpu_count() or 1}})
