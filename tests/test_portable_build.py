@@ -30,10 +30,12 @@ ALL_LIBRARIES = tuple(sorted(f"cfmtrain._ops_{p.stem}" for p in (ROOT / "kernels
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")
 
 
-def setup_extensions(monkeypatch, machine: str, arch: str | None) -> dict[str, list[str]]:
+def setup_extensions(monkeypatch, machine: str, arch: str | None,
+                     captured: dict | None = None) -> dict[str, list[str]]:
     """The op extensions setup.py declares on `machine` with CFMTRAIN_CPU_ARCH=`arch`, by module
-    name, with their C++ compiler flags (setup() itself is not run)."""
-    captured = {}
+    name, with their C++ compiler flags (setup() itself is not run; its keyword arguments go to
+    `captured` when given)."""
+    captured = {} if captured is None else captured
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(setuptools, "setup", lambda **kwargs: captured.update(kwargs))
     monkeypatch.setattr(platform, "machine", lambda: machine)
@@ -70,6 +72,20 @@ def test_setup_auto_builds_every_variant_on_x86_64_only(monkeypatch):
         lib: [] for lib in ALL_LIBRARIES}
     exts = setup_extensions(monkeypatch, "x86_64", "avx2")
     assert sorted(exts) == sorted([*ALL_LIBRARIES, *(f"{lib}_avx2" for lib in ALL_LIBRARIES)])
+
+
+def test_setup_builds_in_parallel_largest_first_without_debug_info(monkeypatch):
+    """One extension per core at a time, the largest sources first (the conv's long compile
+    overlaps the short ones), every library with -g0 after Python's own -g."""
+    captured = {}
+    exts = setup_extensions(monkeypatch, "x86_64", None, captured)
+    assert captured["options"]["build_ext"]["parallel"] == (os.cpu_count() or 1)
+    assert all("-g0" in args for args in exts.values())
+    balance = next(e for e in captured["ext_modules"] if e.name == "cfmtrain._balance")
+    assert "-g0" in balance.extra_compile_args
+    sizes = [sum(os.path.getsize(ROOT / src) for src in e.sources) for e in captured["ext_modules"]]
+    assert sizes == sorted(sizes, reverse=True)
+    assert captured["ext_modules"][0].name.startswith("cfmtrain._ops_channelwise_conv")
 
 
 def test_setup_names_a_bad_switch(monkeypatch):
