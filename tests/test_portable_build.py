@@ -76,7 +76,7 @@ def test_setup_auto_builds_every_variant_on_x86_64_only(monkeypatch):
 
 def test_setup_builds_in_parallel_largest_first_without_debug_info(monkeypatch):
     """One extension per core at a time, the largest sources first (the conv's long compile
-    overlaps the short ones), every library with -g0 after Python's own -g."""
+    overlaps the short ones), every library with -g0 (no debug info)."""
     captured = {}
     exts = setup_extensions(monkeypatch, "x86_64", None, captured)
     assert captured["options"]["build_ext"]["parallel"] == (os.cpu_count() or 1)
