@@ -104,22 +104,27 @@ Descriptor check_descriptor(const at::Tensor& paths, const at::Tensor& terms,
   return {paths, terms, coeffs, dims.vec()};
 }
 
-// Stored weights [E, w_dim], or factored ones: weight [E, K] (hidden) with basis [K, w_dim].
+// Stored weights [E, w_dim], or factored ones: weight [E, K] (hidden) with basis [K, w_dim], and
+// optionally their rows weight[recv_perm] @ basis already formed, [E, w_dim].
 Weights check_weights(const at::Tensor& weight, const std::optional<at::Tensor>& basis,
-                      const char* wname, const char* bname, int64_t n_edges, int64_t w_dim,
+                      const std::optional<at::Tensor>& rows, int64_t n_edges, int64_t w_dim,
                       at::ScalarType dtype) {
   if (!basis.has_value()) {
-    check_floats(weight, wname, n_edges, w_dim, dtype);
-    return {weight, at::Tensor()};
+    TORCH_CHECK(!rows.has_value(),
+                "channelwise_conv: formed rows need factored weights (a basis)");
+    check_floats(weight, "edge_weight", n_edges, w_dim, dtype);
+    return {weight, at::Tensor(), at::Tensor()};
   }
-  check_floats(*basis, bname, -1, w_dim, dtype);
-  check_floats(weight, wname, n_edges, basis->size(0), dtype);
-  return {weight, *basis};
+  check_floats(*basis, "basis", -1, w_dim, dtype);
+  check_floats(weight, "edge_weight", n_edges, basis->size(0), dtype);
+  if (rows.has_value()) check_floats(*rows, "rows", n_edges, w_dim, dtype);
+  return {weight, *basis, rows.value_or(at::Tensor())};
 }
 
 at::Tensor gather(const at::Tensor& src, const at::Tensor& edge_attr,
                   const at::Tensor& edge_weight, const std::optional<at::Tensor>& basis,
-                  const at::Tensor& sender, const at::Tensor& receiver,
+                  const std::optional<at::Tensor>& rows, const at::Tensor& sender,
+                  const at::Tensor& receiver,
                   const at::Tensor& recv_rowptr, const at::Tensor& recv_perm,
                   const at::Tensor& send_rowptr, const at::Tensor& send_perm,
                   const at::Tensor& paths, const at::Tensor& terms, const at::Tensor& coeffs,
@@ -129,8 +134,10 @@ at::Tensor gather(const at::Tensor& src, const at::Tensor& edge_attr,
   check_floats(src, "src", -1, transpose ? dims[3] : dims[0], dtype);
   check_floats(edge_attr, "edge_attr", -1, dims[1], dtype);
   const int64_t n_edges = edge_attr.size(0);
-  const Weights weights =
-      check_weights(edge_weight, basis, "edge_weight", "basis", n_edges, dims[2], dtype);
+  TORCH_CHECK(!transpose || !rows.has_value(),
+              "channelwise_conv: formed rows (receiver order) are for the message, not its "
+              "transpose");
+  const Weights weights = check_weights(edge_weight, basis, rows, n_edges, dims[2], dtype);
   const Graph graph = check_graph(sender, receiver, recv_rowptr, recv_perm, send_rowptr,
                                   send_perm, n_edges);
   const int64_t n_source = (transpose ? recv_rowptr : send_rowptr).size(0) - 1;
@@ -141,7 +148,8 @@ at::Tensor gather(const at::Tensor& src, const at::Tensor& edge_attr,
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge(
     const at::Tensor& x, const at::Tensor& edge_attr, const at::Tensor& edge_weight,
-    const at::Tensor& grad, const std::optional<at::Tensor>& basis, const at::Tensor& sender,
+    const at::Tensor& grad, const std::optional<at::Tensor>& basis,
+    const std::optional<at::Tensor>& rows, const at::Tensor& sender,
     const at::Tensor& receiver, const at::Tensor& recv_rowptr, const at::Tensor& recv_perm,
     const at::Tensor& send_rowptr, const at::Tensor& send_perm, const at::Tensor& paths,
     const at::Tensor& terms, const at::Tensor& coeffs, at::IntArrayRef dims, bool need_attr,
@@ -151,8 +159,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge(
   check_floats(x, "x", send_rowptr.size(0) - 1, dims[0], dtype);
   check_floats(edge_attr, "edge_attr", -1, dims[1], dtype);
   const int64_t n_edges = edge_attr.size(0);
-  const Weights weights =
-      check_weights(edge_weight, basis, "edge_weight", "basis", n_edges, dims[2], dtype);
+  const Weights weights = check_weights(edge_weight, basis, rows, n_edges, dims[2], dtype);
   check_floats(grad, "grad", recv_rowptr.size(0) - 1, dims[3], dtype);
   const Graph graph = check_graph(sender, receiver, recv_rowptr, recv_perm, send_rowptr,
                                   send_perm, n_edges);
@@ -165,7 +172,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge(
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_forms(
     at::TensorList xs, at::TensorList edge_attrs, at::TensorList grads,
     const at::Tensor& edge_weight, const std::optional<at::Tensor>& basis,
-    const at::Tensor& sender, const at::Tensor& receiver, const at::Tensor& recv_rowptr,
+    const std::optional<at::Tensor>& rows, const at::Tensor& sender, const at::Tensor& receiver,
+    const at::Tensor& recv_rowptr,
     const at::Tensor& recv_perm, const at::Tensor& send_rowptr, const at::Tensor& send_perm,
     const at::Tensor& paths, const at::Tensor& terms, const at::Tensor& coeffs,
     at::IntArrayRef dims, at::IntArrayRef slots, bool need_weight, bool need_basis) {
@@ -178,8 +186,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_form
   const auto dtype = xs[0].scalar_type();
   check_floats(edge_attrs[0], "edge_attrs[0]", -1, dims[1], dtype);
   const int64_t n_edges = edge_attrs[0].size(0);
-  const Weights weights =
-      check_weights(edge_weight, basis, "edge_weight", "basis", n_edges, dims[2], dtype);
+  const Weights weights = check_weights(edge_weight, basis, rows, n_edges, dims[2], dtype);
   const Graph graph = check_graph(sender, receiver, recv_rowptr, recv_perm, send_rowptr,
                                   send_perm, n_edges);
   std::vector<EdgeForm> forms;
@@ -202,21 +209,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_form
 TORCH_LIBRARY_FRAGMENT(cfmtrain, m) {
   m.def(
       "channelwise_conv_gather(Tensor src, Tensor edge_attr, Tensor edge_weight, "
-      "Tensor? basis, Tensor sender, Tensor receiver, Tensor recv_rowptr, Tensor recv_perm, "
-      "Tensor send_rowptr, Tensor send_perm, Tensor paths, Tensor terms, Tensor coeffs, "
-      "int[] dims, bool transpose) -> Tensor");
+      "Tensor? basis, Tensor? rows, Tensor sender, Tensor receiver, Tensor recv_rowptr, "
+      "Tensor recv_perm, Tensor send_rowptr, Tensor send_perm, Tensor paths, Tensor terms, "
+      "Tensor coeffs, int[] dims, bool transpose) -> Tensor");
   m.def(
       "channelwise_conv_edge(Tensor x, Tensor edge_attr, Tensor edge_weight, Tensor grad, "
-      "Tensor? basis, Tensor sender, Tensor receiver, Tensor recv_rowptr, Tensor recv_perm, "
-      "Tensor send_rowptr, Tensor send_perm, Tensor paths, Tensor terms, Tensor coeffs, "
-      "int[] dims, bool need_attr, bool need_weight, bool need_basis, bool need_x, "
-      "bool need_out) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+      "Tensor? basis, Tensor? rows, Tensor sender, Tensor receiver, Tensor recv_rowptr, "
+      "Tensor recv_perm, Tensor send_rowptr, Tensor send_perm, Tensor paths, Tensor terms, "
+      "Tensor coeffs, int[] dims, bool need_attr, bool need_weight, bool need_basis, "
+      "bool need_x, bool need_out) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "channelwise_conv_edge_forms(Tensor[] xs, Tensor[] edge_attrs, Tensor[] grads, "
-      "Tensor edge_weight, Tensor? basis, Tensor sender, Tensor receiver, Tensor recv_rowptr, "
-      "Tensor recv_perm, Tensor send_rowptr, Tensor send_perm, Tensor paths, Tensor terms, "
-      "Tensor coeffs, int[] dims, int[] slots, bool need_weight, bool need_basis) -> "
-      "(Tensor, Tensor, Tensor, Tensor, Tensor)");
+      "Tensor edge_weight, Tensor? basis, Tensor? rows, Tensor sender, Tensor receiver, "
+      "Tensor recv_rowptr, Tensor recv_perm, Tensor send_rowptr, Tensor send_perm, "
+      "Tensor paths, Tensor terms, Tensor coeffs, int[] dims, int[] slots, bool need_weight, "
+      "bool need_basis) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(cfmtrain, CPU, m) {

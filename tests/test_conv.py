@@ -172,6 +172,11 @@ def test_bad_inputs_raise_naming_the_argument(float64_default):
         conv_graph(torch.zeros(3, 4, dtype=torch.int64), 2)
 
 
+def formed(h: torch.Tensor, basis: torch.Tensor, graph) -> torch.Tensor:
+    """The factored weights' rows in receiver-CSR order, formed by hand."""
+    return (h.detach()[graph.recv_perm] @ basis.detach()).contiguous()
+
+
 def test_opcheck_schemas_fake_and_autograd_registrations(float64_default):
     tp = make_tp("2x0e+2x1o", 2)
     edge_index = torch.tensor([[0, 1, 2, 2, 3, 0], [1, 0, 0, 3, 3, 2]])
@@ -180,23 +185,27 @@ def test_opcheck_schemas_fake_and_autograd_registrations(float64_default):
     g = torch.randn(4, tp.irreps_out.dim).requires_grad_()
     h, h2 = torch.randn(6, 3).requires_grad_(), torch.randn(6, 5).requires_grad_()
     b, b2 = (torch.randn(k, tp.weight_numel).requires_grad_() for k in (3, 5))
+    rows = formed(h, b, graph)
     ops = torch.ops.cfmtrain
     for op, args in (
-        (ops.channelwise_conv_gather, (x, y, w, None, *graph, *desc.args(), False)),
-        (ops.channelwise_conv_gather, (g, y, w, None, *graph, *desc.args(), True)),
-        (ops.channelwise_conv_gather, (x, y, h, b, *graph, *desc.args(), False)),
-        (ops.channelwise_conv_gather, (g, y, h2, b2, *graph, *desc.args(), True)),
+        (ops.channelwise_conv_gather, (x, y, w, None, None, *graph, *desc.args(), False)),
+        (ops.channelwise_conv_gather, (g, y, w, None, None, *graph, *desc.args(), True)),
+        (ops.channelwise_conv_gather, (x, y, h, b, None, *graph, *desc.args(), False)),
+        (ops.channelwise_conv_gather, (x, y, h, b, rows, *graph, *desc.args(), False)),
+        (ops.channelwise_conv_gather, (g, y, h2, b2, None, *graph, *desc.args(), True)),
         # need attr, weight, basis, x, out (the message from the edge pass)
-        *((ops.channelwise_conv_edge, (x, y, wt, g, basis, *graph, *desc.args(), *flags))
-          for wt, basis, flags in (
-              (w, None, (True, True, False, False, False)),
-              (w, None, (False, True, False, False, True)),
-              (h, b, (True, True, True, False, False)),
-              (h, b, (False, False, True, False, True)),
-              (w, None, (True, True, False, True, False)),
-              (h, b, (True, False, True, True, True)),
-              (h, b, (False, False, False, True, False)),
-              (h, b, (False, False, False, False, True)))),
+        *((ops.channelwise_conv_edge, (x, y, wt, g, basis, r, *graph, *desc.args(), *flags))
+          for wt, basis, r, flags in (
+              (w, None, None, (True, True, False, False, False)),
+              (w, None, None, (False, True, False, False, True)),
+              (h, b, None, (True, True, True, False, False)),
+              (h, b, rows, (True, True, True, False, False)),
+              (h, b, None, (False, False, True, False, True)),
+              (w, None, None, (True, True, False, True, False)),
+              (h, b, None, (True, False, True, True, True)),
+              (h, b, rows, (True, False, True, True, True)),
+              (h, b, None, (False, False, False, True, False)),
+              (h, b, None, (False, False, False, False, True)))),
     ):
         torch.library.opcheck(op.default, args)
 
@@ -357,9 +366,10 @@ def test_fully_fused_model_matrix_float64(float64_default, case):
 
 
 def test_fused_model_forward_allocates_no_edges_by_features_tensor(float64_default):
-    """Energy-only forward of a fully fused model: nothing per edge as wide as the conv's
-    weights is allocated (the radial MLP's last layer is formed inside the kernels); the same
-    check sees mace-torch's per-edge messages and, with the factoring undone, the weights."""
+    """Energy-only forward of a fully fused model in eval mode (inference, MD): nothing per edge
+    as wide as the conv's weights is allocated (the radial MLP's last layer is formed inside the
+    kernels); the same check sees mace-torch's per-edge messages, the rows a training-mode
+    forward keeps for its step and, with the factoring undone, the weights."""
     import ase.build
 
     from cfmtrain.kernels import fuse_model
@@ -380,8 +390,11 @@ def test_fused_model_forward_allocates_no_edges_by_features_tensor(float64_defau
         model(dict(batch), training=False, compute_force=False)
 
     assert largest_allocation(forward) > limit  # mace-torch: edges x messages
-    fuse_model(model)
+    fuse_model(model).eval()
     assert largest_allocation(forward) < limit
+    model.train()
+    assert largest_allocation(forward) >= limit  # the rows, kept for a training step
+    model.eval()
     for block in model.interactions:
         block.conv_tp.factor_weights(None)
     assert largest_allocation(forward) >= limit  # the weights, stored
@@ -577,17 +590,17 @@ def test_edge_forms_checks_and_is_not_differentiable(float64_default):
     g = torch.randn(4, tp.irreps_out.dim)
     ops = torch.ops.cfmtrain
     torch.library.opcheck(ops.channelwise_conv_edge_forms.default,
-                          ([x, x + 1], [y, y * 2], [g, g], w, None, *graph, *desc.args(),
-                           [5, 6], True, False))
+                          ([x, x + 1], [y, y * 2], [g, g], w, None, None, *graph,
+                           *desc.args(), [5, 6], True, False))
     with pytest.raises(RuntimeError, match=r"grads\[1\] must have 4 rows"):
         conv_edge_forms([(x, y, g, True, False, False), (x, y, g[:3], False, True, False)], w,
                         graph, desc, True)
     with pytest.raises(RuntimeError, match="one entry per form"):
-        ops.channelwise_conv_edge_forms([x], [y], [g], w, None, *graph, *desc.args(), [1, 2],
-                                        True, False)
+        ops.channelwise_conv_edge_forms([x], [y], [g], w, None, None, *graph, *desc.args(),
+                                        [1, 2], True, False)
     with pytest.raises(RuntimeError, match=r"slots\[0\] = 9"):
-        ops.channelwise_conv_edge_forms([x], [y], [g], w, None, *graph, *desc.args(), [9],
-                                        True, False)
+        ops.channelwise_conv_edge_forms([x], [y], [g], w, None, None, *graph, *desc.args(),
+                                        [9], True, False)
     out = conv_edge_forms([(x, y.requires_grad_(), g, True, False, False)], w, graph, desc, True)
     with pytest.raises(RuntimeError, match="not differentiable"):
         out[0].sum().backward()
@@ -669,3 +682,81 @@ def test_forces_pass_skips_the_basis_gradient(float64_default, monkeypatch):
     assert any(calls)
     for a, b in zip(got, expected, strict=True):
         assert rel_err(a, b) < 1e-10
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_formed_rows_give_what_the_kernels_form(float64_default, threads):
+    """Factored weights with their rows given formed (`formed_rows`, receiver-CSR order) give
+    every op's outputs as when the kernels form the rows themselves: the message, every edge slot
+    alone and together, and a multi-form pass; and the ops refuse rows they cannot use."""
+    from cfmtrain.kernels.conv import conv_edge, conv_edge_forms, conv_gather, formed_rows
+
+    tp, gen, desc, graph = edge_pass_problem(threads, 11)
+    num_nodes, num_edges = 60, 3000
+    edge_index = torch.stack([graph.sender, graph.receiver])
+    x, y, _ = (t.detach() for t in random_inputs(tp, edge_index, num_nodes))
+    h = torch.randn(num_edges, 8, generator=gen)
+    basis = torch.randn(8, tp.weight_numel, generator=gen)
+    g = torch.randn(num_nodes, tp.irreps_out.dim, generator=gen)
+    with torch.enable_grad():
+        rows = formed_rows(h, basis, graph)
+    assert rows is not None and rel_err(rows, formed(h, basis, graph)) < 1e-14
+    assert rel_err(conv_gather(x, y, h, graph, desc, False, basis, rows),
+                   conv_gather(x, y, h, graph, desc, False, basis)) < 1e-13
+    for flags in ((True, True, True, True, True), (True, False, False, False, False),
+                  (False, False, False, True, False), (False, True, True, False, True)):
+        a, w_, b_, x_, o = flags
+        got = conv_edge(x, y, h, g, graph, desc, a, w_, basis, b_, x_, o, rows=rows)
+        ref = conv_edge(x, y, h, g, graph, desc, a, w_, basis, b_, x_, o)
+        for u, v in zip(got, ref, strict=True):
+            assert u.shape == v.shape and (v.numel() == 0 or rel_err(u, v) < 1e-13)
+    forms = [(x, y, g, True, False, True), (x + 1, y * 2, g - 1, False, True, False)]
+    got = conv_edge_forms(forms, h, graph, desc, True, basis, True, rows)
+    ref = conv_edge_forms(forms, h, graph, desc, True, basis, True)
+    for u, v in zip(got, ref, strict=True):
+        assert u.shape == v.shape and (v.numel() == 0 or rel_err(u, v) < 1e-13)
+    with pytest.raises(RuntimeError, match="rows must have 3000 rows"):
+        conv_gather(x, y, h, graph, desc, False, basis, rows[1:])
+    with pytest.raises(RuntimeError, match="formed rows need factored weights"):
+        conv_gather(x, y, rows, graph, desc, False, None, rows)
+    with pytest.raises(RuntimeError, match="not its transpose"):
+        conv_gather(g, y, h, graph, desc, True, basis, rows)
+
+
+def test_training_keeps_the_rows_for_the_step_and_inference_forms_them(float64_default,
+                                                                          monkeypatch):
+    """A fused model in training mode forms each factored conv's rows once per step, and its
+    outputs and force-loss gradients stay mace-torch's; in eval mode (inference, MD), without
+    grad mode, or above ROW_CACHE_BYTES, the kernels form them pass by pass."""
+    from cfmtrain.kernels import conv, fuse_model
+
+    made, real = [], conv.formed_rows
+
+    def recording(weight, basis, graph):
+        rows = real(weight, basis, graph)
+        made.append(rows is not None)
+        return rows
+
+    monkeypatch.setattr(conv, "formed_rows", recording)
+    torch.manual_seed(0)
+    model = make_model(*BLOCKS[1])
+    batch = batch_of(structures())
+    expected = model_outputs(model, batch)
+    fuse_model(model).train()
+    got = model_outputs(model, batch)
+    assert made and all(made)
+    for a, b in zip(got, expected, strict=True):
+        assert rel_err(a, b) < 1e-10
+    made.clear()
+    model.eval()
+    model_outputs(model, batch)
+    assert made == []  # eval mode: not asked
+    model.train()
+    with torch.no_grad():
+        model({k: v.clone() if torch.is_tensor(v) else v for k, v in batch.items()},
+              training=True, compute_force=False)
+    assert made and not any(made)
+    made.clear()
+    monkeypatch.setattr(conv, "ROW_CACHE_BYTES", 0)
+    model_outputs(model, batch)
+    assert made and not any(made)

@@ -120,7 +120,8 @@ def test_factored_edge_counts_each_weight_matmul(tp):
 
 def test_edge_message_counts_the_gather_work(tp):
     """The edge op's message output alone is the gather's work per edge (and, factored, one
-    weight-row formation), with no per-receiver contraction of the cotangent."""
+    weight-row formation unless the rows are given formed), with no per-receiver contraction of
+    the cotangent."""
     from cfmtrain.kernels.conv import conv_edge
 
     desc, graph = conv_descriptor(tp), conv_graph(EDGES, NODES)
@@ -134,6 +135,10 @@ def test_edge_message_counts_the_gather_work(tp):
     assert count_flops(lambda: conv_edge(x, y, h, g, graph, desc, False, False, basis,
                                          need_out=True)) == \
         edges * (gather_per_edge(tp) + 2 * basis.numel())
+    rows = (h[graph.recv_perm] @ basis).contiguous()  # given formed: no formation counted
+    assert count_flops(lambda: conv_edge(x, y, h, g, graph, desc, False, False, basis,
+                                         need_out=True, rows=rows)) == \
+        edges * gather_per_edge(tp)
 
 
 @pytest.mark.parametrize("shared_grad", [True, False], ids=["one-cotangent", "two"])

@@ -317,21 +317,26 @@ inline std::vector<int64_t> chunk_bounds(const int64_t* row, int64_t n_target, i
 constexpr int64_t kChunkEdges = 64;
 
 // The weight rows of one chunk's edges (CSR positions q0..q1): pointers into the stored tensor,
-// or, for factored weights, rows of a per-thread tile = H[edges] @ basis.
+// or, for factored weights, into the formed rows when given, else rows of a per-thread tile =
+// H[edges] @ basis.
 template <typename T>
 struct WeightRows {
   const Weights& src;
-  at::Tensor h_tile, w_tile;  // factored only
+  at::Tensor h_tile, w_tile;  // factored only (w_tile: without formed rows)
 
   WeightRows(const Weights& weights, int64_t capacity) : src(weights) {
     if (src.factored()) {
       h_tile = at::empty({capacity, src.weight.size(1)}, src.weight.options());
-      w_tile = at::empty({capacity, src.basis.size(1)}, src.weight.options());
+      if (!src.rows.defined())
+        w_tile = at::empty({capacity, src.basis.size(1)}, src.weight.options());
     }
   }
-  // Gathers the chunk's hidden rows (and forms their weight rows when `form`).
-  void load(const int64_t* prm, int64_t q0, int64_t q1, bool form) {
+  // Makes the chunk's weight rows readable when `form` (forms them, unless given formed), and
+  // gathers its hidden rows into h_tile when `need_h` or to form them.
+  void load(const int64_t* prm, int64_t q0, int64_t q1, bool form, bool need_h) {
     if (!src.factored()) return;
+    form = form && !src.rows.defined();
+    if (!form && !need_h) return;
     const int64_t k = src.weight.size(1), n = q1 - q0;
     const T* h = src.weight.data_ptr<T>();
     T* ht = h_tile.data_ptr<T>();
@@ -343,8 +348,9 @@ struct WeightRows {
   }
   // Row of the edge at CSR position q (edge id e) of the chunk starting at q0.
   const T* row(int64_t q, int64_t q0, int64_t e) const {
-    return src.factored() ? w_tile.data_ptr<T>() + (q - q0) * w_tile.size(1)
-                          : src.weight.data_ptr<T>() + e * src.weight.size(1);
+    if (!src.factored()) return src.weight.data_ptr<T>() + e * src.weight.size(1);
+    if (src.rows.defined()) return src.rows.data_ptr<T>() + q * src.rows.size(1);
+    return w_tile.data_ptr<T>() + (q - q0) * w_tile.size(1);
   }
 };
 
@@ -422,7 +428,7 @@ void gather_kernel(const at::Tensor& src, const at::Tensor& attr, const Weights&
 #pragma omp for schedule(dynamic, step)
     for (int64_t c = 0; c < n_chunks; ++c) {
       const int64_t q0 = row[bounds[c]];
-      rows.load(prm, q0, row[bounds[c + 1]], true);
+      rows.load(prm, q0, row[bounds[c + 1]], true, false);
       for (int64_t a = bounds[c]; a < bounds[c + 1]; ++a) {
         sink.start(o_ptr + a * o_stride, o_stride);
         for (int64_t q = row[a]; q < row[a + 1]; ++q) {
@@ -509,7 +515,7 @@ void edge_kernel(const std::vector<EdgeForm>& forms, const Weights& weights, con
                       (bounds[c + 1] - bounds[c]) * g_stride, T(0));
         continue;
       }
-      rows.load(prm, q0, q1, rows_needed);
+      rows.load(prm, q0, q1, rows_needed, g_basis != nullptr);
       for (int64_t r = bounds[c]; r < bounds[c + 1]; ++r) {
         if (row[r] == row[r + 1]) {
           if (out) std::fill_n(out->data_ptr<T>() + r * g_stride, g_stride, T(0));

@@ -22,9 +22,11 @@ struct Descriptor {
 
 // Per-edge weights: stored rows (basis undefined: weight is [E, w_dim]) or factored, weight @ basis
 // with weight [E, K] (the radial MLP's last hidden layer) and basis [K, w_dim] (its last linear
-// layer): then the rows are formed per chunk of edges inside the kernels, never stored whole.
+// layer): then the rows are formed per chunk of edges inside the kernels, never stored whole,
+// unless `rows` holds them already formed ([E, w_dim] in receiver-CSR order, row q for the edge
+// recv_perm[q]); the gradients stay factored either way.
 struct Weights {
-  at::Tensor weight, basis;
+  at::Tensor weight, basis, rows;
   bool factored() const { return basis.defined(); }
 };
 
