@@ -726,8 +726,9 @@ def test_formed_rows_give_what_the_kernels_form(float64_default, threads):
 def test_training_keeps_the_rows_for_the_step_and_inference_forms_them(float64_default,
                                                                           monkeypatch):
     """A fused model in training mode forms each factored conv's rows once per step, and its
-    outputs and force-loss gradients stay mace-torch's; in eval mode (inference, MD), without
-    grad mode, or above ROW_CACHE_BYTES, the kernels form them pass by pass."""
+    outputs and force-loss gradients stay mace-torch's; in eval mode (inference), with frozen
+    weights (MACECalculator, MD), without grad mode, or above ROW_CACHE_BYTES, the kernels form
+    them pass by pass."""
     from cfmtrain.kernels import conv, fuse_model
 
     made, real = [], conv.formed_rows
@@ -752,11 +753,18 @@ def test_training_keeps_the_rows_for_the_step_and_inference_forms_them(float64_d
     model_outputs(model, batch)
     assert made == []  # eval mode: not asked
     model.train()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    out = model({k: v.clone() if torch.is_tensor(v) else v for k, v in batch.items()},
+                training=False, compute_force=True)
+    assert made == [] and out["forces"].abs().sum() > 0  # frozen (MACECalculator): not asked
+    for p in model.parameters():
+        p.requires_grad_(True)
+    model.train()
     with torch.no_grad():
         model({k: v.clone() if torch.is_tensor(v) else v for k, v in batch.items()},
               training=True, compute_force=False)
-    assert made and not any(made)
-    made.clear()
+    assert made == []  # no grad mode: nothing is trained
     monkeypatch.setattr(conv, "ROW_CACHE_BYTES", 0)
     model_outputs(model, batch)
     assert made and not any(made)

@@ -18,13 +18,15 @@ import setuptools
 import torch
 
 import cfmtrain.kernels.conv  # noqa: F401  (loads the conv's op library)
+import cfmtrain.kernels.radial  # noqa: F401  (loads the radial MLP's op library)
 import cfmtrain.kernels.silu  # noqa: F401  (loads the radial MLP's activation library)
 import cfmtrain.kernels.sparse_polynomial  # noqa: F401  (loads the contraction's op library)
 from cfmtrain.kernels import isa
 from cfmtrain.kernels.backend import load_ops
 
 ROOT = Path(__file__).resolve().parents[1]
-OPS = ("channelwise_conv", "silu", "symmetric_contraction")  # the ops this test file loads
+# the ops this test file loads
+OPS = ("channelwise_conv", "radial_mlp", "silu", "symmetric_contraction")
 LIBRARIES = tuple(f"cfmtrain._ops_{op}" for op in OPS)
 ALL_LIBRARIES = tuple(sorted(f"cfmtrain._ops_{p.stem}" for p in (ROOT / "kernels").glob("*.cpp")))
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")

@@ -564,10 +564,12 @@ class FusedChannelwiseConv(Adopting):
         radial = self._radial
         basis = radial.basis() if radial is not None and radial.factored else None
         # A force-trained step reads the weight rows in four or five passes: kept (training
-        # mode), they are formed once (1.06-1.08x per step). Inference and MD (eval mode) read
-        # them twice, and forming them into memory costs what it saves (0.96-0.98x).
+        # mode, weights being trained), they are formed once (1.06-1.08x per step). Inference
+        # and MD (eval mode, or frozen weights as in MACECalculator) read them twice, and
+        # forming them into memory costs what it saves (0.96-0.98x).
+        keep_rows = self.training and basis is not None and basis.requires_grad
         return channelwise_conv(node_feats, edge_attrs, tp_weights, graph, self.descriptor, basis,
-                                ir_mul_out=self._linear is not None, keep_rows=self.training)
+                                ir_mul_out=self._linear is not None, keep_rows=keep_rows)
 
     def __reduce__(self) -> tuple:
         """Pickle as the e3nn TensorProduct (saved by e3nn's own logic, compiled code included)

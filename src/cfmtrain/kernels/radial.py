@@ -6,7 +6,8 @@ constant that normalises its second moment and by sqrt(var_out) (1 inside the ne
 over an [edges, hidden] tensor per hidden layer, in the forward pass and again in both backward
 passes a force-trained model takes. Folded, those constants scale the next layer's (small)
 weight instead, so each hidden layer is one matmul and one activation. The function is the same
-up to rounding.
+up to rounding. Unless the net is being trained (inference, MD) the SiLU hidden layers run as one
+compiled op over chunks of edges (kernels/radial_mlp.cpp), their activations kept in the cache.
 """
 
 from __future__ import annotations
@@ -16,7 +17,58 @@ from e3nn.math import normalize2mom
 from e3nn.nn import FullyConnectedNet
 
 from cfmtrain.kernels.adopt import Adopting, swap_in, swap_out
+from cfmtrain.kernels.backend import load_ops
 from cfmtrain.kernels.silu import silu
+
+load_ops("cfmtrain._ops_radial_mlp")
+
+
+def _hidden(x: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
+    """silu(... silu(x @ W0) ... @ Wn) in torch's ops."""
+    for w in weights:
+        x = torch.nn.functional.silu(x @ w)
+    return x
+
+
+@torch.library.register_fake("cfmtrain::radial_mlp")
+def _radial_mlp_fake(x, weights, save_z):
+    return (x.new_empty((x.shape[0], weights[-1].shape[1])),
+            [x.new_empty((x.shape[0], w.shape[1])) for w in weights] if save_z else [])
+
+
+@torch.library.register_fake("cfmtrain::radial_mlp_backward")
+def _radial_mlp_backward_fake(x, weights, z, grad, need_x, need_weights):
+    return (x.new_empty(x.shape if need_x else (0,)),
+            [w.new_empty(w.shape) for w in weights] if need_weights else [])
+
+
+class _FusedHidden(torch.autograd.Function):
+    """SiLU hidden layers by the compiled op (which keeps each layer's pre-activations for the
+    backward): first derivatives compiled too, a backward that builds a graph (e.g. a Hessian)
+    through torch's ops."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
+        save = any(ctx.needs_input_grad)
+        out, z = torch.ops.cfmtrain.radial_mlp(x, list(weights), save)
+        ctx.save_for_backward(x, *weights, *z)
+        ctx.layers = len(weights)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple:
+        x, *rest = ctx.saved_tensors
+        weights, z = rest[:ctx.layers], rest[ctx.layers:]
+        need_x, *need_w = ctx.needs_input_grad
+        if torch.is_grad_enabled():
+            inputs = [t for t, n in zip((x, *weights), (need_x, *need_w), strict=True) if n]
+            got = iter(torch.autograd.grad(_hidden(x, weights), inputs, grad, create_graph=True))
+            return tuple(next(got) if n else None for n in (need_x, *need_w))
+        gx, gw = torch.ops.cfmtrain.radial_mlp_backward(x, weights, z, grad.contiguous(), need_x,
+                                                        any(need_w))
+        return (gx if need_x else None,
+                *(g if n else None for g, n in zip(gw or [None] * len(weights), need_w,
+                                                   strict=True)))
 
 
 def _plan(fc: FullyConnectedNet) -> tuple[list[tuple[float, object]], float]:
@@ -74,7 +126,20 @@ class FoldedRadialMLP(Adopting):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         layers = list(zip(self.children(), self.plan, strict=True))
-        for layer, (scale, act) in layers[:-1] if self.factored else layers:
+        if self.factored:
+            layers = layers[:-1]
+        # Leading SiLU layers by the compiled op, unless the net is being trained (a force loss
+        # then differentiates it twice: torch's ops and the fused SiLU second derivative).
+        training = self.training and any(p.requires_grad for p in self.parameters())
+        fused = 0
+        if (not training and x.device.type == "cpu" and not torch.compiler.is_compiling()
+                and x.dtype in (torch.float32, torch.float64)):
+            while fused < len(layers) and layers[fused][1][1] is silu:
+                fused += 1
+        if fused:
+            x = _FusedHidden.apply(x.contiguous(), *(layer.weight * scale
+                                                     for layer, (scale, _) in layers[:fused]))
+        for layer, (scale, act) in layers[fused:]:
             x = x @ (layer.weight * scale)
             if act is not None:
                 x = act(x)
