@@ -124,9 +124,9 @@ Weights check_weights(const at::Tensor& weight, const std::optional<at::Tensor>&
 at::Tensor gather(const at::Tensor& src, const at::Tensor& edge_attr,
                   const at::Tensor& edge_weight, const std::optional<at::Tensor>& basis,
                   const std::optional<at::Tensor>& rows, const at::Tensor& sender,
-                  const at::Tensor& receiver,
-                  const at::Tensor& recv_rowptr, const at::Tensor& recv_perm,
-                  const at::Tensor& send_rowptr, const at::Tensor& send_perm,
+                  const at::Tensor& receiver, const at::Tensor& recv_rowptr,
+                  const at::Tensor& recv_perm, const at::Tensor& send_rowptr,
+                  const at::Tensor& send_perm,
                   const at::Tensor& paths, const at::Tensor& terms, const at::Tensor& coeffs,
                   at::IntArrayRef dims, bool transpose) {
   const Descriptor desc = check_descriptor(paths, terms, coeffs, dims);
@@ -173,8 +173,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_form
     at::TensorList xs, at::TensorList edge_attrs, at::TensorList grads,
     const at::Tensor& edge_weight, const std::optional<at::Tensor>& basis,
     const std::optional<at::Tensor>& rows, const at::Tensor& sender, const at::Tensor& receiver,
-    const at::Tensor& recv_rowptr,
-    const at::Tensor& recv_perm, const at::Tensor& send_rowptr, const at::Tensor& send_perm,
+    const at::Tensor& recv_rowptr, const at::Tensor& recv_perm, const at::Tensor& send_rowptr,
+    const at::Tensor& send_perm,
     const at::Tensor& paths, const at::Tensor& terms, const at::Tensor& coeffs,
     at::IntArrayRef dims, at::IntArrayRef slots, bool need_weight, bool need_basis) {
   const Descriptor desc = check_descriptor(paths, terms, coeffs, dims);

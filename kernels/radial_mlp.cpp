@@ -78,9 +78,9 @@ std::tuple<at::Tensor, std::vector<at::Tensor>> forward(const at::Tensor& x,
 #pragma omp parallel num_threads(at::get_num_threads()) if (worth_threads(rows))
   {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    std::vector<at::Tensor> z, a;
+    std::vector<at::Tensor> z, a;  // per-thread tiles (z only when not saved)
     for (int64_t l = 0; l < n; ++l) {
-      z.push_back(at::empty({kRows, weights[l].size(1)}, x.options()));
+      if (!save_z) z.push_back(at::empty({kRows, weights[l].size(1)}, x.options()));
       a.push_back(at::empty({kRows, weights[l].size(1)}, x.options()));
     }
 #pragma omp for schedule(static)
@@ -102,8 +102,9 @@ std::tuple<at::Tensor, std::vector<at::Tensor>> backward(const at::Tensor& x,
   const int64_t rows = x.size(0), n = static_cast<int64_t>(weights.size());
   TORCH_CHECK(static_cast<int64_t>(z.size()) == n, "radial_mlp: z must hold one tensor per layer");
   for (int64_t l = 0; l < n; ++l)
-    TORCH_CHECK(z[l].scalar_type() == x.scalar_type() && z[l].is_contiguous() &&
-                    z[l].dim() == 2 && z[l].size(0) == rows && z[l].size(1) == weights[l].size(1),
+    TORCH_CHECK(z[l].scalar_type() == x.scalar_type() && z[l].device().is_cpu() &&
+                    z[l].is_contiguous() && z[l].dim() == 2 && z[l].size(0) == rows &&
+                    z[l].size(1) == weights[l].size(1),
                 "radial_mlp: z[", l, "] must be a contiguous [", rows, ", ", weights[l].size(1),
                 "] ", x.scalar_type(), " tensor");
   TORCH_CHECK(grad.scalar_type() == x.scalar_type() && grad.device().is_cpu() &&

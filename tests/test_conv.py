@@ -701,8 +701,13 @@ def test_formed_rows_give_what_the_kernels_form(float64_default, threads):
     with torch.enable_grad():
         rows = formed_rows(h, basis, graph)
     assert rows is not None and rel_err(rows, formed(h, basis, graph)) < 1e-14
-    assert rel_err(conv_gather(x, y, h, graph, desc, False, basis, rows),
-                   conv_gather(x, y, h, graph, desc, False, basis)) < 1e-13
+    message = conv_gather(x, y, h, graph, desc, False, basis)
+    assert rel_err(conv_gather(x, y, h, graph, desc, False, basis, rows), message) < 1e-13
+    # the kernels read the rows given (the message is linear in them), not rows of their own
+    assert rel_err(conv_gather(x, y, h, graph, desc, False, basis, 2 * rows), 2 * message) < 1e-13
+    gy = conv_edge(x, y, h, g, graph, desc, True, False, basis, rows=rows)[0]
+    assert rel_err(conv_edge(x, y, h, g, graph, desc, True, False, basis, rows=2 * rows)[0],
+                   2 * gy) < 1e-13
     for flags in ((True, True, True, True, True), (True, False, False, False, False),
                   (False, False, False, True, False), (False, True, True, False, True)):
         a, w_, b_, x_, o = flags

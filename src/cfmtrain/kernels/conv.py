@@ -245,8 +245,8 @@ def channelwise_conv(node_feats: torch.Tensor, edge_attrs: torch.Tensor, tp_weig
 @torch.library.register_fake("cfmtrain::channelwise_conv_gather")
 def _gather_fake(src, attr, weight, basis, rows, sender, receiver, recv_rowptr, recv_perm,
                  send_rowptr, send_perm, paths, terms, coeffs, dims, transpose):
-    rows = (send_rowptr if transpose else recv_rowptr).shape[0] - 1
-    return src.new_empty((rows, dims[0] if transpose else dims[3]))
+    n = (send_rowptr if transpose else recv_rowptr).shape[0] - 1
+    return src.new_empty((n, dims[0] if transpose else dims[3]))
 
 
 @torch.library.register_fake("cfmtrain::channelwise_conv_edge")
