@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 
 import pandas as pd
 import pytest
+import torch
 
 from cfmtrain.bench import kernels
 
@@ -145,3 +147,23 @@ def test_add_speedups_and_differences():
     assert math.isnan(oom["speedup_vs_mace"]) and math.isnan(oom["gflop_s"])
     assert math.isnan(mace["gflop_s"])  # no count: no rate
     assert counted["gflop_s"] == pytest.approx(24.0) and counted["pct_of_matmul_peak"] == 6.0
+
+
+def test_time_step_times_only_the_calls_after_the_warm_up():
+    """The first call and WARMUP_CALLS more (TorchScript's profiling executor optimises over
+    them) stay out of the timed calls: a step slow on its first calls times as its later ones."""
+    from cfmtrain.bench import WARMUP_CALLS
+    from cfmtrain.bench.kernels_worker import time_step
+
+    calls = []
+
+    def step(record: bool = False):
+        calls.append(record)
+        if len(calls) <= 1 + WARMUP_CALLS:
+            time.sleep(0.05)  # the first calls are slow
+        return {"out": torch.ones(2)} if record else None
+
+    result = time_step(step, reps=3)
+    assert calls == [True] + [False] * (WARMUP_CALLS + 3)
+    assert len(result["times"]) == 3 and max(result["times"]) < 0.04
+    assert result["compile_s"] >= 0.05

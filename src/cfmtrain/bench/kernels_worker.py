@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from e3nn import o3
 
+from cfmtrain.bench import WARMUP_CALLS
+
 R_MAX = 4.5
 ZS = [28, 29]
 OOM_MARKERS = ("can't allocate memory", "not enough memory", "out of memory", "std::bad_alloc")
@@ -333,13 +335,14 @@ def setup_matmul(config: dict) -> tuple[Step, dict]:
 
 
 def time_step(step: Step, reps: int) -> dict:
-    """First call (compile/warm-up, and the fingerprint) timed apart, one more warm-up, then
-    `reps` timed calls (wall and process CPU seconds)."""
+    """First call (compile/warm-up, and the fingerprint) timed apart, `WARMUP_CALLS` untimed
+    ones, then `reps` timed calls (wall and process CPU seconds)."""
     start = time.perf_counter()
     seen = step(True)
     first = time.perf_counter() - start
     prints = fingerprint(seen or {})
-    step(False)
+    for _ in range(WARMUP_CALLS):
+        step(False)
     times, cpu_times = [], []
     for _ in range(reps):
         start, cpu_start = time.perf_counter(), time.process_time()
