@@ -176,7 +176,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_form
     const at::Tensor& recv_rowptr, const at::Tensor& recv_perm, const at::Tensor& send_rowptr,
     const at::Tensor& send_perm,
     const at::Tensor& paths, const at::Tensor& terms, const at::Tensor& coeffs,
-    at::IntArrayRef dims, at::IntArrayRef slots, bool need_weight, bool need_basis) {
+    at::IntArrayRef dims, at::IntArrayRef slots, bool need_weight, bool need_basis,
+    const std::optional<at::Tensor>& weight_grad_in, bool emit_weight_grad) {
   const Descriptor desc = check_descriptor(paths, terms, coeffs, dims);
   const size_t n = xs.size();
   TORCH_CHECK(n >= 1 && edge_attrs.size() == n && grads.size() == n && slots.size() == n,
@@ -200,7 +201,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_form
     forms.push_back({xs[f], edge_attrs[f], grads[f], (slots[f] & 1) != 0, (slots[f] & 2) != 0,
                      (slots[f] & 4) != 0});
   }
-  return edge_forms_cpu(forms, weights, graph, desc, need_weight, need_basis);
+  if (weight_grad_in.has_value())
+    check_floats(*weight_grad_in, "weight_grad_in", n_edges, dims[2], dtype);
+  return edge_forms_cpu(forms, weights, graph, desc, need_weight, need_basis,
+                        weight_grad_in.value_or(at::Tensor()), emit_weight_grad);
 }
 
 }  // namespace
@@ -223,7 +227,8 @@ TORCH_LIBRARY_FRAGMENT(cfmtrain, m) {
       "Tensor edge_weight, Tensor? basis, Tensor? rows, Tensor sender, Tensor receiver, "
       "Tensor recv_rowptr, Tensor recv_perm, Tensor send_rowptr, Tensor send_perm, "
       "Tensor paths, Tensor terms, Tensor coeffs, int[] dims, int[] slots, bool need_weight, "
-      "bool need_basis) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+      "bool need_basis, Tensor? weight_grad_in=None, bool emit_weight_grad=False) -> "
+      "(Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(cfmtrain, CPU, m) {

@@ -624,6 +624,7 @@ def test_double_backward_merges_the_forms_sharing_weights(float64_default, monke
         return real(forms, *args, **kwargs)
 
     monkeypatch.setattr(conv, "conv_edge_forms", recording)
+    monkeypatch.setattr(conv, "DEFER_WEIGHT_GRADIENTS", False)  # (its single-form passes)
     got = model_outputs(model, batch)
     assert merged and min(merged) >= 2
     for a, b in zip(got, expected, strict=True):
@@ -773,3 +774,89 @@ def test_training_keeps_the_rows_for_the_step_and_inference_forms_them(float64_d
     monkeypatch.setattr(conv, "ROW_CACHE_BYTES", 0)
     model_outputs(model, batch)
     assert made and not any(made)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_edge_forms_emit_and_take_per_edge_weight_gradients(float64_default, threads):
+    """A factored multi-form pass returns its per-edge weight gradients uncontracted (receiver-CSR
+    order; those of stored weights W = h @ basis), or adds ones given to its own before
+    contracting them into the weight and basis slots; both refuse what they cannot do."""
+    from cfmtrain.kernels.conv import conv_edge_forms
+
+    tp, gen, desc, graph = edge_pass_problem(threads, 12)
+    num_nodes, num_edges = 60, 3000
+    h = torch.randn(num_edges, 8, generator=gen)
+    basis = torch.randn(8, tp.weight_numel, generator=gen)
+    g = torch.randn(num_nodes, tp.irreps_out.dim, generator=gen)
+    x, y = torch.randn(num_nodes, tp.irreps_in1.dim), torch.randn(num_edges, tp.irreps_in2.dim)
+    forms = [(x, y, g, True, False, True), (x + 1, y * 2, g - 1, False, True, False)]
+    perm = graph.recv_perm
+    stored = conv_edge_forms(forms, h @ basis, graph, desc, True)  # per edge, edge order
+    emitted = conv_edge_forms(forms, h, graph, desc, False, basis, False, emit_weight_grad=True)
+    assert emitted[1].shape == (num_edges, tp.weight_numel) and emitted[2].numel() == 0
+    assert rel_err(emitted[1], stored[1][perm]) < 1e-13
+    for u, v in zip((emitted[0], *emitted[3:]), (stored[0], *stored[3:]), strict=True):
+        assert rel_err(u, v) < 1e-13  # the other slots as usual
+    own = conv_edge_forms(forms, h, graph, desc, True, basis, True)
+    extra = torch.randn(num_edges, tp.weight_numel, generator=gen)
+    got = conv_edge_forms(forms, h, graph, desc, True, basis, True, weight_grad_in=extra)
+    d_h = own[1].clone()
+    d_h[perm] += extra @ basis.T
+    assert rel_err(got[1], d_h) < 1e-13
+    assert rel_err(got[2], own[2] + h[perm].T @ extra) < 1e-13
+    assert rel_err(got[0], own[0]) < 1e-13 and rel_err(got[4], own[4]) < 1e-13
+    ops = torch.ops.cfmtrain
+    small_tp = make_tp("2x0e+2x1o", 2)
+    edge_index = torch.tensor([[0, 1, 2, 2, 3, 0], [1, 0, 0, 3, 3, 2]])
+    sd, sg = conv_descriptor(small_tp), conv_graph(edge_index, 4)
+    sx, sy, _ = (t.detach() for t in random_inputs(small_tp, edge_index, 4))
+    sh, sb = torch.randn(6, 3), torch.randn(3, small_tp.weight_numel)
+    sgr = torch.randn(4, small_tp.irreps_out.dim)
+    for need, gw_in, emit in ((False, None, True), (True, torch.randn(6, sb.shape[1]), False)):
+        torch.library.opcheck(ops.channelwise_conv_edge_forms.default,
+                              ([sx], [sy], [sgr], sh, sb, None, *sg, *sd.args(), [3], need, need,
+                               gw_in, emit))
+    with pytest.raises(RuntimeError, match="emit_weight_grad needs factored weights and neither"):
+        conv_edge_forms(forms, h, graph, desc, True, basis, False, emit_weight_grad=True)
+    with pytest.raises(RuntimeError, match="weight_grad_in needs factored weights"):
+        conv_edge_forms(forms, h @ basis, graph, desc, True, weight_grad_in=extra)
+    with pytest.raises(RuntimeError, match="weight_grad_in must have 3000 rows"):
+        conv_edge_forms(forms, h, graph, desc, True, basis, True, weight_grad_in=extra[1:])
+
+
+def test_loss_backward_contracts_both_passes_weight_gradients_once(float64_default,
+                                                                     monkeypatch):
+    """In a force-trained loss's backward, each factored conv's edge node (from the forces'
+    backward) leaves its per-edge weight gradients to the gather node, which contracts them with
+    its own: one pass per conv takes them, and the gradients stay mace-torch's and those of each
+    pass contracting its own. A backward that builds a graph does not defer."""
+    from cfmtrain.kernels import conv, fuse_model
+
+    torch.manual_seed(0)
+    model = make_model(*BLOCKS[1])
+    batch = batch_of(structures())
+    expected = model_outputs(model, batch)
+    fuse_model(model)
+    taken, real = [], conv.conv_edge_forms
+
+    def recording(*args, **kwargs):
+        taken.append(kwargs.get("weight_grad_in", args[8] if len(args) > 8 else None) is not None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(conv, "conv_edge_forms", recording)
+    got = model_outputs(model, batch)
+    convs = sum(isinstance(m, conv.FusedChannelwiseConv) for m in model.modules())
+    assert convs == 2 and sum(taken) == convs
+    monkeypatch.setattr(conv, "DEFER_WEIGHT_GRADIENTS", False)
+    taken.clear()
+    own = model_outputs(model, batch)
+    assert not any(taken)
+    for a, b, c in zip(got, own, expected, strict=True):
+        assert rel_err(a, c) < 1e-10 and rel_err(a, b) < 1e-12
+    monkeypatch.setattr(conv, "DEFER_WEIGHT_GRADIENTS", True)
+    data = {k: v.clone() if torch.is_tensor(v) else v for k, v in batch.items()}
+    out = model(data, training=True, compute_force=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    taken.clear()
+    torch.autograd.grad(out["forces"].pow(2).sum(), params, create_graph=True, allow_unused=True)
+    assert not any(taken)

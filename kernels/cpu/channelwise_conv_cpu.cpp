@@ -455,7 +455,8 @@ struct FormRows {
 template <typename T>
 void edge_kernel(const std::vector<EdgeForm>& forms, const Weights& weights, const Graph& g,
                  const std::vector<Path<T>>& paths, T* gy_ptr, at::Tensor* g_weight,
-                 at::Tensor* g_basis, at::Tensor* g_x, at::Tensor* out) {
+                 at::Tensor* g_basis, at::Tensor* g_x, at::Tensor* out, const T* gw_in,
+                 T* gw_emit) {
   const int64_t* snd = g.sender.data_ptr<int64_t>();
   const int64_t* row = g.recv_rowptr.data_ptr<int64_t>();
   const int64_t* prm = g.recv_perm.data_ptr<int64_t>();
@@ -464,7 +465,7 @@ void edge_kernel(const std::vector<EdgeForm>& forms, const Weights& weights, con
   const bool factored = weights.factored();
   const int64_t n_edges = forms[0].edge_attr.size(0);
   const int64_t w_dim = (factored ? weights.basis : weights.weight).size(1);
-  const bool need_gw = g_weight != nullptr || g_basis != nullptr;
+  const bool need_gw = g_weight != nullptr || g_basis != nullptr || gw_emit != nullptr;
   std::vector<FormRows<T>> fr;
   std::vector<const T*> h_grads;  // the cotangent of each H scratch
   bool rows_needed = false;  // weight rows are read (attribute, x or message slots)
@@ -501,7 +502,7 @@ void edge_kernel(const std::vector<EdgeForm>& forms, const Weights& weights, con
     ItemSink<T> sink{paths, mats.data()};
     WeightRows<T> rows(weights, capacity);
     at::Tensor gw_tile, gh_tile, basis_sum;
-    if (factored && need_gw) gw_tile = at::empty({capacity, w_dim}, options);
+    if (factored && need_gw && !gw_emit) gw_tile = at::empty({capacity, w_dim}, options);
     if (factored && g_weight) gh_tile = at::empty({capacity, weights.weight.size(1)}, options);
     if (factored && g_basis) basis_sum = at::zeros_like(weights.basis, options);
     at::Tensor x_sum = g_x ? at::zeros_like(forms[0].x) : at::Tensor();
@@ -531,8 +532,10 @@ void edge_kernel(const std::vector<EdgeForm>& forms, const Weights& weights, con
               if (f.h >= 0 || f.out) prefetch_row(f.x + snd[prm[q + kAhead]] * x_stride, x_stride);
           }
           T* gy = gy_ptr ? gy_ptr + e * y_stride : nullptr;
-          T* gw = !need_gw ? nullptr
-                  : factored ? gw_tile.data_ptr<T>() + (q - q0) * w_dim : gw_ptr + e * w_dim;
+          T* gw = !need_gw   ? nullptr
+                  : gw_emit  ? gw_emit + q * w_dim
+                  : factored ? gw_tile.data_ptr<T>() + (q - q0) * w_dim
+                             : gw_ptr + e * w_dim;
           if (gy) std::fill(gy, gy + y_stride, T(0));
           T* gx = gx_base ? gx_base + snd[e] * x_stride : nullptr;
           const T* w = rows.row(q, q0, e);  // read for gy, gx, out only (a tile row is formed then)
@@ -552,9 +555,15 @@ void edge_kernel(const std::vector<EdgeForm>& forms, const Weights& weights, con
         }
         if (out) sink.finish();
       }
-      if (factored && need_gw) {  // the chunk's per-edge weight gradients, contracted
+      if (factored && need_gw && !gw_emit) {  // the chunk's per-edge weight gradients, contracted
         const int64_t n = q1 - q0;
         const at::Tensor gw = gw_tile.narrow(0, 0, n);
+        if (gw_in) {  // with those another pass left uncontracted
+          T* dst = gw_tile.data_ptr<T>();
+          const T* add = gw_in + q0 * w_dim;
+#pragma omp simd
+          for (int64_t i = 0; i < n * w_dim; ++i) dst[i] += add[i];
+        }
         if (g_weight) {
           at::Tensor gh = gh_tile.narrow(0, 0, n);
           at::mm_out(gh, gw, weights.basis.t());
@@ -596,10 +605,17 @@ at::Tensor gather_cpu(const at::Tensor& src, const at::Tensor& edge_attr, const 
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_forms_cpu(
     const std::vector<EdgeForm>& forms, const Weights& weights, const Graph& graph,
-    const Descriptor& desc, bool need_weight, bool need_basis) {
+    const Descriptor& desc, bool need_weight, bool need_basis, const at::Tensor& weight_grad_in,
+    bool emit_weight_grad) {
   TORCH_CHECK(!forms.empty(), "channelwise_conv: an edge pass needs at least one form");
   const bool factored = weights.factored();
   need_basis = need_basis && factored;
+  TORCH_CHECK(!emit_weight_grad || (factored && !need_weight && !need_basis),
+              "channelwise_conv: emit_weight_grad needs factored weights and neither the weight "
+              "nor the basis slot");
+  TORCH_CHECK(!weight_grad_in.defined() || (factored && (need_weight || need_basis)),
+              "channelwise_conv: weight_grad_in needs factored weights and the weight or basis "
+              "slot");
   bool need_attr = false, need_x = false, need_out = false;
   for (const auto& f : forms) {
     need_attr = need_attr || f.need_attr;
@@ -611,17 +627,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_form
   at::Tensor out = need_out ? at::empty_like(first.grad) : none();  // every row written
   at::Tensor gy = need_attr ? at::empty_like(first.edge_attr) : none();
   // The paths' weight segments tile each row (checked by the caller): no zero fill needed.
-  at::Tensor gw = need_weight ? at::empty_like(weights.weight) : none();
+  at::Tensor gw = emit_weight_grad ? at::empty({first.edge_attr.size(0), weights.basis.size(1)},
+                                               first.x.options())
+                  : need_weight    ? at::empty_like(weights.weight)
+                                   : none();
   at::Tensor gb = need_basis ? at::empty_like(weights.basis) : none();
   at::Tensor gx = need_x ? at::empty_like(first.x) : none();
-  if (!need_attr && !need_weight && !need_basis && !need_x && !need_out)
+  if (!need_attr && !need_weight && !need_basis && !need_x && !need_out && !emit_weight_grad)
     return {gy, gw, gb, gx, out};
   AT_DISPATCH_FLOATING_TYPES(first.x.scalar_type(), "channelwise_conv_edge", [&] {
     const auto paths = load_paths<scalar_t>(desc, false);
     edge_kernel<scalar_t>(forms, weights, graph, paths,
                           need_attr ? gy.data_ptr<scalar_t>() : nullptr,
                           need_weight ? &gw : nullptr, need_basis ? &gb : nullptr,
-                          need_x ? &gx : nullptr, need_out ? &out : nullptr);
+                          need_x ? &gx : nullptr, need_out ? &out : nullptr,
+                          weight_grad_in.defined() ? weight_grad_in.data_ptr<scalar_t>() : nullptr,
+                          emit_weight_grad ? gw.data_ptr<scalar_t>() : nullptr);
   });
   return {gy, gw, gb, gx, out};
 }
@@ -631,7 +652,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_cpu(
     const at::Tensor& grad, const Graph& graph, const Descriptor& desc, bool need_attr,
     bool need_weight, bool need_basis, bool need_x, bool need_out) {
   return edge_forms_cpu({{x, edge_attr, grad, need_attr, need_x, need_out}}, weights, graph,
-                        desc, need_weight, need_basis);
+                        desc, need_weight, need_basis, at::Tensor(), false);
 }
 
 }  // namespace cfmtrain::conv

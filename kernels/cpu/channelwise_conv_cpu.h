@@ -58,9 +58,13 @@ struct EdgeForm {
 // edge_cpu of several forms that share the weights, summed: every slot's output is the sum of the
 // forms' outputs for it (the weight and basis slots over every form), from one pass that forms
 // each weight row once, contracts the summed weight gradients once, and builds the per-receiver
-// cotangent terms once per distinct grad tensor.
+// cotangent terms once per distinct grad tensor. Factored weights only: `weight_grad_in`
+// ([E, w_dim], receiver-CSR order, or undefined) is added to the per-edge weight gradients before
+// they are contracted; with `emit_weight_grad` they are not contracted but returned in the weight
+// slot as [E, w_dim] rows in receiver-CSR order (the basis slot empty).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> edge_forms_cpu(
     const std::vector<EdgeForm>& forms, const Weights& weights, const Graph& graph,
-    const Descriptor& desc, bool need_weight, bool need_basis);
+    const Descriptor& desc, bool need_weight, bool need_basis, const at::Tensor& weight_grad_in,
+    bool emit_weight_grad);
 
 }  // namespace cfmtrain::conv

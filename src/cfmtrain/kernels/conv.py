@@ -196,16 +196,20 @@ EdgeSlots = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.
 
 def conv_edge_forms(forms: list[EdgeForm], weight: torch.Tensor, graph: ConvGraph,
                     desc: ConvDescriptor, need_weight: bool, basis: torch.Tensor | None = None,
-                    need_basis: bool = False, rows: torch.Tensor | None = None) -> EdgeSlots:
+                    need_basis: bool = False, rows: torch.Tensor | None = None,
+                    weight_grad_in: torch.Tensor | None = None,
+                    emit_weight_grad: bool = False) -> EdgeSlots:
     """`conv_edge` of several forms (x, attr, grad, need_attr, need_x, need_out) sharing the
     weights, summed slot by slot (weight and basis over every form), in one pass that forms each
-    weight row once. Not differentiable: a backward that builds a graph calls `conv_edge` per
-    form."""
+    weight row once. Factored weights: `weight_grad_in` (per-edge weight gradients [E, w_dim],
+    receiver-CSR order) is added to the pass's own before they are contracted into the weight and
+    basis slots; `emit_weight_grad` returns the pass's own, uncontracted, in the weight slot
+    instead. Not differentiable: a backward that builds a graph calls `conv_edge` per form."""
     xs, attrs, grads = ([f[i].contiguous() for f in forms] for i in range(3))
     slots = [int(f[3]) | 2 * int(f[4]) | 4 * int(f[5]) for f in forms]
     return _OPS.channelwise_conv_edge_forms(
         xs, attrs, grads, weight.contiguous(), _opt(basis), _opt(rows), *graph, *desc.args(),
-        slots, need_weight, need_basis)
+        slots, need_weight, need_basis, _opt(weight_grad_in), emit_weight_grad)
 
 
 # The most bytes of formed weight rows one conv keeps for the passes of a step (see formed_rows).
@@ -264,11 +268,13 @@ def _edge_fake(x, attr, weight, grad, basis, rows, sender, receiver, recv_rowptr
 @torch.library.register_fake("cfmtrain::channelwise_conv_edge_forms")
 def _edge_forms_fake(xs, edge_attrs, grads, weight, basis, rows, sender, receiver, recv_rowptr,
                      recv_perm, send_rowptr, send_perm, paths, terms, coeffs, dims, slots,
-                     need_weight, need_basis):
+                     need_weight, need_basis, weight_grad_in=None, emit_weight_grad=False):
     x, attr, grad = xs[0], edge_attrs[0], grads[0]
     need_basis = need_basis and basis is not None
+    gw_shape = ((attr.shape[0], basis.shape[1]) if emit_weight_grad
+                else weight.shape if need_weight else (0,))
     return (attr.new_empty(attr.shape if any(s & 1 for s in slots) else (0,)),
-            weight.new_empty(weight.shape if need_weight else (0,)),
+            weight.new_empty(gw_shape),
             weight.new_empty(basis.shape if need_basis else (0,)),
             x.new_empty(x.shape if any(s & 2 for s in slots) else (0,)),
             grad.new_empty(grad.shape if any(s & 4 for s in slots) else (0,)))
@@ -308,13 +314,15 @@ def _form_flops(paths: torch.Tensor, need_attr: bool, need_gw: bool, need_x: boo
 
 def _pass_flops(paths: torch.Tensor, recv_rowptr: torch.Tensor, num_edges: int,
                 basis: torch.Tensor | None, forms: list[tuple[bool, bool, bool]],
-                distinct_h: int, need_weight: bool, need_basis: bool, formed: bool) -> int:
+                distinct_h: int, need_weight: bool, need_basis: bool, formed: bool,
+                emit: bool = False, added: bool = False) -> int:
     """FLOPs of an edge pass over `forms` (need_attr, need_x, need_out) sharing the weights;
     `distinct_h`: how many per-receiver H the forms build (one per distinct cotangent); `formed`:
-    the factored weight's rows are given formed."""
+    the factored weight's rows are given formed; `emit`: the per-edge weight gradients are
+    returned, not contracted; `added`: another pass's are added to them (1 per entry)."""
     factored = basis is not None
     need_basis = need_basis and factored
-    need_gw = need_weight or need_basis
+    need_gw = need_weight or need_basis or emit
     if not (need_gw or any(a or x or o for a, x, o in forms)):
         return 0
     mul, _, _, _, n_terms = _path_sizes(paths)
@@ -323,6 +331,7 @@ def _pass_flops(paths: torch.Tensor, recv_rowptr: torch.Tensor, num_edges: int,
     if factored:
         rows = any(a or x or o for a, x, o in forms) and not formed
         per_edge += (rows + need_weight + need_basis) * 2 * basis.numel()
+        per_edge += added * basis.shape[1]
     return distinct_h * receivers * int((2 * n_terms * mul).sum()) + num_edges * per_edge
 
 
@@ -347,15 +356,16 @@ def _edge_flops(x, attr, weight, grad, basis, rows, sender, receiver, recv_rowpt
 @register_flop_formula(_OPS.channelwise_conv_edge_forms, get_raw=True)
 def _edge_forms_flops(xs, edge_attrs, grads, weight, basis, rows, sender, receiver, recv_rowptr,
                       recv_perm, send_rowptr, send_perm, paths, terms, coeffs, dims, slots,
-                      need_weight, need_basis, out_val=None) -> int:
+                      need_weight, need_basis, weight_grad_in=None, emit_weight_grad=False,
+                      out_val=None) -> int:
     """The edge kernel's FLOPs over several forms: each form's per-edge work, the weight rows
-    formed and contracted once, and one per-receiver H per distinct cotangent."""
-    need_gw = need_weight or (need_basis and basis is not None)
+    formed and contracted once (or emitted), and one per-receiver H per distinct cotangent."""
+    need_gw = need_weight or (need_basis and basis is not None) or emit_weight_grad
     forms = [(bool(s & 1), bool(s & 2), bool(s & 4)) for s in slots]
     with_h = [g for g, (a, x, _) in zip(grads, forms, strict=True) if need_gw or a or x]
     distinct = len({id(g) for g in with_h})
     return _pass_flops(paths, recv_rowptr, sender.numel(), basis, forms, distinct, need_weight,
-                       need_basis, rows is not None)
+                       need_basis, rows is not None, emit_weight_grad, weight_grad_in is not None)
 
 
 def _setup(ctx, inputs: tuple, num_tensors: int) -> None:
@@ -382,9 +392,58 @@ def _reached(ctx, tensors: tuple) -> list[bool]:
     return need
 
 
+# A force-trained step's loss backward reaches each factored conv twice with its weight and
+# basis slots: through the gather (the message) and through the edge op the forces' backward made
+# from it. Each pass contracts its per-edge weight gradients [E, w_dim] with the weights' factors
+# (two 64 x w_dim contractions per edge). When the edge node runs first in a backward that builds
+# no graph, it leaves its per-edge weight gradients uncontracted on the gather node
+# (`_DEFER_ATTR`), which adds them to its own and contracts the sum once.
+_PEER_ATTR, _DEFER_ATTR, _RAN_ATTR = "cfm_gather_node", "cfm_deferred", "cfm_ran_in_task"
+DEFER_WEIGHT_GRADIENTS = True  # False: each pass contracts its own (for A/Bs and tests)
+
+
+def _link_edge_node(ctx, outputs: tuple) -> None:
+    """Records the gather node `ctx` on the edge node that made `outputs` in its backward."""
+    node = next((t.grad_fn for t in outputs if t is not None and t.grad_fn is not None), None)
+    if node is not None:
+        setattr(node, _PEER_ATTR, ctx)
+
+
+def _deferral_target(ctx, basis: torch.Tensor | None, need: list[bool]):
+    """The gather node the edge node `ctx` may leave its weight gradients to (it runs later in
+    this backward, which builds no graph), with this backward's id; else None."""
+    peer = getattr(ctx, _PEER_ATTR, None)
+    if (not DEFER_WEIGHT_GRADIENTS or peer is None or basis is None or torch.is_grad_enabled()
+            or not (need[2] or need[4])
+            or torch.compiler.is_compiling()):
+        return None
+    task = torch._C._current_graph_task_id()
+    try:
+        if getattr(peer, _RAN_ATTR, None) == task or not torch._C._will_engine_execute_node(peer):
+            return None
+    except RuntimeError:  # outside the engine
+        return None
+    return peer, task
+
+
+def _take_deferred(ctx) -> torch.Tensor | None:
+    """The per-edge weight gradients edge nodes left on the gather node `ctx` in this backward
+    (which it now runs: later edge nodes keep theirs)."""
+    if torch.is_grad_enabled():
+        return None
+    task = torch._C._current_graph_task_id()
+    setattr(ctx, _RAN_ATTR, task)
+    left = getattr(ctx, _DEFER_ATTR, None)
+    setattr(ctx, _DEFER_ATTR, None)
+    return left[1] if left is not None and left[0] == task else None
+
+
 def _gather_backward(ctx, grad):
     none = (None,) * ctx.num_inputs
+    deferred = _take_deferred(ctx)
     if grad is None:
+        if deferred is not None:
+            raise RuntimeError("channelwise_conv: deferred weight gradients without a cotangent")
         return none
     src, attr, weight, basis, rows = saved = ctx.saved_tensors
     (transpose,) = ctx.flags
@@ -394,14 +453,23 @@ def _gather_backward(ctx, grad):
     # formation and one traversal fewer): its sender slot, or for the transposed gather its
     # message; else from the gather in the other direction.
     edge_slots = bool(need[1] or need[2] or need[3])
+    if deferred is not None and not (need[2] or need[3]):
+        raise RuntimeError("channelwise_conv: deferred weight gradients the gather does not need")
     fuse = bool(need[0] and edge_slots)
     if need[0] and not fuse:
         d[0] = conv_gather(grad, attr, weight, ctx.graph, ctx.desc, not transpose, basis)
     if edge_slots:
         x, g = (grad, src) if transpose else (src, grad)
-        gy, gw, gb, gx, out = conv_edge(x, attr, weight, g, ctx.graph, ctx.desc, need[1],
-                                        need[2], basis, need[3], need_x=fuse and not transpose,
-                                        need_out=fuse and transpose, rows=rows)
+        need_x, need_out = fuse and not transpose, fuse and transpose
+        if deferred is None:
+            slots = conv_edge(x, attr, weight, g, ctx.graph, ctx.desc, need[1], need[2], basis,
+                              need[3], need_x=need_x, need_out=need_out, rows=rows)
+        else:
+            slots = conv_edge_forms([(x, attr, g, need[1], need_x, need_out)], weight, ctx.graph,
+                                    ctx.desc, need[2], basis, need[3], rows, deferred)
+        if basis is not None and torch.is_grad_enabled():
+            _link_edge_node(ctx, slots)
+        gy, gw, gb, gx, out = slots
         d[1], d[2] = (gy if need[1] else None), (gw if need[2] else None)
         d[3] = gb if need[3] else None  # never asked for a None basis
         if fuse:
@@ -449,8 +517,16 @@ def _edge_backward(ctx, a_attr, a_weight, a_basis, a_x, a_out):
     else:
         forms.append(((x, attr, torch.cat([a_weight, weight], 1), torch.cat([basis, a_basis], 0),
                        g, None), w_slots, True))
-    if not torch.is_grad_enabled():  # nothing differentiates this backward: merge the forms
-        forms = _merge_shared_weight_forms(forms, need, ctx.graph, ctx.desc, d)
+    target = _deferral_target(ctx, basis, need)
+    if target is not None:  # the gather contracts these forms' weight gradients with its own
+        forms, left = _merge_shared_weight_forms(forms, need, ctx.graph, ctx.desc, d, emit=True)
+        peer, task = target
+        before = getattr(peer, _DEFER_ATTR, None)
+        if before is not None and before[0] == task:
+            left = before[1] + left
+        setattr(peer, _DEFER_ATTR, (task, left))
+    elif not torch.is_grad_enabled():  # nothing differentiates this backward: merge the forms
+        forms, _ = _merge_shared_weight_forms(forms, need, ctx.graph, ctx.desc, d)
     for (xf, yf, wf, bf, gf, rf), slots, weight_form in forms:
         ask = {name: need[_EDGE_SLOT[name]] for name in slots}
         if weight_form:
@@ -474,13 +550,16 @@ def _edge_backward(ctx, a_attr, a_weight, a_basis, a_x, a_out):
 
 
 def _merge_shared_weight_forms(forms: list, need: list[bool], graph: ConvGraph,
-                               desc: ConvDescriptor, d: list) -> list:
+                               desc: ConvDescriptor, d: list, emit: bool = False
+                               ) -> tuple[list, torch.Tensor | None]:
     """Runs the forms that keep the op's own weights (all but F(W=a_W)) as one edge pass, which
     forms each weight row once and contracts the summed weight gradient once, adding its slots
-    into `d`; returns the forms left to run one by one. Two forms or more only."""
+    into `d`; returns the forms left to run one by one, and with `emit` the summed per-edge
+    weight gradients, uncontracted (receiver-CSR order; the weight and basis slots left to the
+    caller). Without `emit`, two forms or more only."""
     shared = [f for f in forms if not f[2]]
-    if len(shared) < 2:
-        return forms
+    if len(shared) < (1 if emit else 2):
+        return forms, None
     _, _, weight, basis, _, rows = shared[0][0]
     parts = []
     for (xf, yf, _, _, gf, _), slots, _ in shared:
@@ -488,15 +567,17 @@ def _merge_shared_weight_forms(forms: list, need: list[bool], graph: ConvGraph,
                       "x" in slots and need[_EDGE_SLOT["x"]],
                       "out" in slots and need[_EDGE_SLOT["out"]]))
     # every shared form has the weight and basis slots
-    need_w, need_b = need[_EDGE_SLOT["weight"]], basis is not None and need[_EDGE_SLOT["basis"]]
-    gy, gw, gb, gx, out = conv_edge_forms(parts, weight, graph, desc, need_w, basis, need_b, rows)
+    need_w = need[_EDGE_SLOT["weight"]] and not emit
+    need_b = basis is not None and need[_EDGE_SLOT["basis"]] and not emit
+    gy, gw, gb, gx, out = conv_edge_forms(parts, weight, graph, desc, need_w, basis, need_b, rows,
+                                          emit_weight_grad=emit)
     got = {"attr": gy, "weight": gw, "basis": gb, "x": gx, "out": out}
     asked = {"attr": any(p[3] for p in parts), "weight": need_w, "basis": need_b,
              "x": any(p[4] for p in parts), "out": any(p[5] for p in parts)}
     for name, flag in asked.items():
         if flag:
             d[_EDGE_SLOT[name]] = _add(d[_EDGE_SLOT[name]], got[name])
-    return [f for f in forms if f[2]]
+    return [f for f in forms if f[2]], (gw if emit else None)
 
 
 def _add(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
