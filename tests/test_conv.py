@@ -854,9 +854,21 @@ def test_loss_backward_contracts_both_passes_weight_gradients_once(float64_defau
     for a, b, c in zip(got, own, expected, strict=True):
         assert rel_err(a, c) < 1e-10 and rel_err(a, b) < 1e-12
     monkeypatch.setattr(conv, "DEFER_WEIGHT_GRADIENTS", True)
+    # mace-torch's training loop: loss.backward() into .grad, with no inputs named
+    data = {k: v.clone() if torch.is_tensor(v) else v for k, v in batch.items()}
+    out = model(data, training=True, compute_force=True, compute_stress=True)
+    gen = torch.Generator().manual_seed(5)
+    e_ref = torch.randn(out["energy"].shape, generator=gen, dtype=out["energy"].dtype)
+    f_ref = torch.randn(out["forces"].shape, generator=gen, dtype=out["forces"].dtype)
+    model.zero_grad(set_to_none=True)
+    taken.clear()
+    (((out["energy"] - e_ref) ** 2).mean() + ((out["forces"] - f_ref) ** 2).mean()).backward()
+    assert sum(taken) == convs
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p, b in zip(params, own[3:], strict=True):
+        assert rel_err(torch.zeros_like(p) if p.grad is None else p.grad, b) < 1e-12
     data = {k: v.clone() if torch.is_tensor(v) else v for k, v in batch.items()}
     out = model(data, training=True, compute_force=True)
-    params = [p for p in model.parameters() if p.requires_grad]
     taken.clear()
     torch.autograd.grad(out["forces"].pow(2).sum(), params, create_graph=True, allow_unused=True)
     assert not any(taken)
