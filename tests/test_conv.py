@@ -872,3 +872,100 @@ def test_loss_backward_contracts_both_passes_weight_gradients_once(float64_defau
     taken.clear()
     torch.autograd.grad(out["forces"].pow(2).sum(), params, create_graph=True, allow_unused=True)
     assert not any(taken)
+
+
+class _NoCotangent(torch.autograd.Function):
+    """Identity whose backward gives its input no cotangent (None)."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None
+
+
+def deferral_problem(nonlinear: bool):
+    """A factored conv whose attributes depend on `pos`: the message, an energy from it (linear
+    or quadratic in the message) and the leaves (pos, h, basis)."""
+    from cfmtrain.kernels.conv import conv_gather
+
+    tp = make_tp("4x0e+4x1o", 2)
+    gen = torch.Generator().manual_seed(13)
+    edge_index = torch.randint(0, 20, (2, 300), generator=gen)
+    desc, graph = conv_descriptor(tp), conv_graph(edge_index, 24)
+    x = torch.randn(24, tp.irreps_in1.dim, generator=gen)
+    y0 = torch.randn(300, tp.irreps_in2.dim, generator=gen)
+    pos = torch.randn(300, 1, generator=gen).requires_grad_()
+    h = torch.randn(300, 6, generator=gen).requires_grad_()
+    basis = torch.randn(6, tp.weight_numel, generator=gen).requires_grad_()
+    c = torch.randn(24, tp.irreps_out.dim, generator=gen)
+    m = conv_gather(x, y0 * torch.sin(pos), h, graph, desc, False, basis)
+    energy = ((m * m if nonlinear else m) * c).sum()
+    return m, energy, (pos, h, basis)
+
+
+@pytest.mark.parametrize("defer", [True, False])
+def test_deferred_weight_gradients_reach_a_gather_without_a_cotangent(float64_default,
+                                                                       monkeypatch, defer):
+    """A gather that gets no cotangent of its own (None) but the weight gradients its edge node
+    deferred contracts them alone: the gradients equal those without deferral."""
+    from cfmtrain.kernels import conv
+
+    def grads(flag: bool):
+        monkeypatch.setattr(conv, "DEFER_WEIGHT_GRADIENTS", flag)
+        m, energy, (pos, h, basis) = deferral_problem(nonlinear=False)
+        forces = torch.autograd.grad(energy, pos, create_graph=True)[0]
+        loss = (forces ** 2).sum() + _NoCotangent.apply(m).sum()
+        return torch.autograd.grad(loss, [h, basis])
+
+    alone, real = [], conv._contract_deferred
+
+    def recording(ctx, deferred):
+        alone.append(deferred.shape)
+        return real(ctx, deferred)
+
+    monkeypatch.setattr(conv, "_contract_deferred", recording)
+    got = grads(defer)
+    assert len(alone) == int(defer)  # the gather contracted the deferred gradients alone
+    ref = grads(False)
+    for a, b in zip(got, ref, strict=True):
+        assert rel_err(a, b) < 1e-12 and b.abs().sum() > 0
+
+
+def test_deferral_with_two_force_passes_and_a_retained_graph(float64_default, monkeypatch):
+    """Two graph-building force passes give one gather two edge nodes: both defer to it, and a
+    second backward over the retained graph defers again; every gradient equals the undeferred
+    one (twice over for the second backward, which accumulates)."""
+    from cfmtrain.kernels import conv
+
+    taken, real = [], conv.conv_edge_forms
+
+    def recording(*args, **kwargs):
+        taken.append(kwargs.get("weight_grad_in", args[8] if len(args) > 8 else None) is not None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(conv, "conv_edge_forms", recording)
+
+    def grads(flag: bool):
+        monkeypatch.setattr(conv, "DEFER_WEIGHT_GRADIENTS", flag)
+        m, energy, (pos, h, basis) = deferral_problem(nonlinear=True)
+        f1 = torch.autograd.grad(energy, pos, create_graph=True)[0]
+        f2 = torch.autograd.grad(energy, pos, create_graph=True)[0]
+        loss = energy + (f1 ** 2).sum() + 0.5 * (f2 ** 3).sum()
+        loss.backward(inputs=[h, basis], retain_graph=True)
+        once = [h.grad.clone(), basis.grad.clone()]
+        loss.backward(inputs=[h, basis])
+        return once, [h.grad, basis.grad]
+
+    taken.clear()
+    (once, twice) = grads(True)
+    assert sum(taken) == 2  # the gather took both edge nodes' gradients, in each backward
+    taken.clear()
+    ref_once, ref_twice = grads(False)
+    assert not any(taken)
+    for a, b in zip(once + twice, ref_once + ref_twice, strict=True):
+        assert rel_err(a, b) < 1e-12
+    for a, b in zip(twice, ref_once, strict=True):
+        assert rel_err(a, 2 * b) < 1e-12

@@ -270,6 +270,8 @@ def _edge_forms_fake(xs, edge_attrs, grads, weight, basis, rows, sender, receive
                      recv_perm, send_rowptr, send_perm, paths, terms, coeffs, dims, slots,
                      need_weight, need_basis, weight_grad_in=None, emit_weight_grad=False):
     x, attr, grad = xs[0], edge_attrs[0], grads[0]
+    if emit_weight_grad and basis is None:
+        raise RuntimeError("channelwise_conv: emit_weight_grad needs factored weights")
     need_basis = need_basis and basis is not None
     gw_shape = ((attr.shape[0], basis.shape[1]) if emit_weight_grad
                 else weight.shape if need_weight else (0,))
@@ -397,8 +399,9 @@ def _reached(ctx, tensors: tuple) -> list[bool]:
 # from it. Each pass contracts its per-edge weight gradients [E, w_dim] with the weights' factors
 # (two 64 x w_dim contractions per edge). When the edge node runs first in a backward that builds
 # no graph, it leaves its per-edge weight gradients uncontracted on the gather node
-# (`_DEFER_ATTR`), which adds them to its own and contracts the sum once.
-_PEER_ATTR, _DEFER_ATTR, _RAN_ATTR = "cfm_gather_node", "cfm_deferred", "cfm_ran_in_task"
+# (`_DEFER_ATTR`, per backward call: concurrent ones keep theirs apart), which adds them to its
+# own and contracts the sum once.
+_PEER_ATTR, _DEFER_ATTR, _RAN_ATTR = "cfm_gather_node", "cfm_deferred", "cfm_ran_in_tasks"
 DEFER_WEIGHT_GRADIENTS = True  # False: each pass contracts its own (for A/Bs and tests)
 
 
@@ -419,7 +422,7 @@ def _deferral_target(ctx, basis: torch.Tensor | None, need: list[bool]):
         return None
     task = torch._C._current_graph_task_id()
     try:
-        if getattr(peer, _RAN_ATTR, None) == task or not torch._C._will_engine_execute_node(peer):
+        if task in getattr(peer, _RAN_ATTR, ()) or not torch._C._will_engine_execute_node(peer):
             return None
     except RuntimeError:  # outside the engine
         return None
@@ -432,19 +435,31 @@ def _take_deferred(ctx) -> torch.Tensor | None:
     if torch.is_grad_enabled():
         return None
     task = torch._C._current_graph_task_id()
-    setattr(ctx, _RAN_ATTR, task)
-    left = getattr(ctx, _DEFER_ATTR, None)
-    setattr(ctx, _DEFER_ATTR, None)
-    return left[1] if left is not None and left[0] == task else None
+    if not hasattr(ctx, _RAN_ATTR):
+        setattr(ctx, _RAN_ATTR, set())
+    getattr(ctx, _RAN_ATTR).add(task)
+    return getattr(ctx, _DEFER_ATTR, {}).pop(task, None)
+
+
+def _contract_deferred(ctx, deferred: torch.Tensor) -> tuple:
+    """The gather node's gradients when only deferred per-edge weight gradients reach it (no
+    cotangent of its own): their contractions into the weight and basis slots."""
+    src, attr, weight, basis, rows = saved = ctx.saved_tensors
+    need = _reached(ctx, saved)
+    d = [None] * ctx.num_inputs
+    perm = ctx.graph.recv_perm
+    if need[2]:
+        d[2] = torch.zeros_like(weight).index_copy_(0, perm, deferred @ basis.T)
+    if need[3]:
+        d[3] = weight.index_select(0, perm).T @ deferred
+    return tuple(d)
 
 
 def _gather_backward(ctx, grad):
     none = (None,) * ctx.num_inputs
     deferred = _take_deferred(ctx)
     if grad is None:
-        if deferred is not None:
-            raise RuntimeError("channelwise_conv: deferred weight gradients without a cotangent")
-        return none
+        return none if deferred is None else _contract_deferred(ctx, deferred)
     src, attr, weight, basis, rows = saved = ctx.saved_tensors
     (transpose,) = ctx.flags
     need = _reached(ctx, saved)
@@ -521,10 +536,12 @@ def _edge_backward(ctx, a_attr, a_weight, a_basis, a_x, a_out):
     if target is not None:  # the gather contracts these forms' weight gradients with its own
         forms, left = _merge_shared_weight_forms(forms, need, ctx.graph, ctx.desc, d, emit=True)
         peer, task = target
-        before = getattr(peer, _DEFER_ATTR, None)
-        if before is not None and before[0] == task:
-            left = before[1] + left
-        setattr(peer, _DEFER_ATTR, (task, left))
+        if left is not None:  # (no shared form: nothing left)
+            pending = getattr(peer, _DEFER_ATTR, None)
+            if pending is None:
+                pending = {}
+                setattr(peer, _DEFER_ATTR, pending)
+            pending[task] = left if task not in pending else pending[task] + left
     elif not torch.is_grad_enabled():  # nothing differentiates this backward: merge the forms
         forms, _ = _merge_shared_weight_forms(forms, need, ctx.graph, ctx.desc, d)
     for (xf, yf, wf, bf, gf, rf), slots, weight_form in forms:
