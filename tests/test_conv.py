@@ -824,6 +824,20 @@ def test_edge_forms_emit_and_take_per_edge_weight_gradients(float64_default, thr
         conv_edge_forms(forms, h, graph, desc, True, basis, True, weight_grad_in=extra[1:])
 
 
+def record_deferred_takes(monkeypatch) -> list[bool]:
+    """Per edge-forms pass from now on: whether it was given deferred weight gradients."""
+    from cfmtrain.kernels import conv
+
+    taken, real = [], conv.conv_edge_forms
+
+    def recording(*args, **kwargs):
+        taken.append(kwargs.get("weight_grad_in", args[8] if len(args) > 8 else None) is not None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(conv, "conv_edge_forms", recording)
+    return taken
+
+
 def test_loss_backward_contracts_both_passes_weight_gradients_once(float64_default,
                                                                      monkeypatch):
     """In a force-trained loss's backward, each factored conv's edge node (from the forces'
@@ -837,13 +851,7 @@ def test_loss_backward_contracts_both_passes_weight_gradients_once(float64_defau
     batch = batch_of(structures())
     expected = model_outputs(model, batch)
     fuse_model(model)
-    taken, real = [], conv.conv_edge_forms
-
-    def recording(*args, **kwargs):
-        taken.append(kwargs.get("weight_grad_in", args[8] if len(args) > 8 else None) is not None)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(conv, "conv_edge_forms", recording)
+    taken = record_deferred_takes(monkeypatch)
     got = model_outputs(model, batch)
     convs = sum(isinstance(m, conv.FusedChannelwiseConv) for m in model.modules())
     assert convs == 2 and sum(taken) == convs
@@ -940,13 +948,7 @@ def test_deferral_with_two_force_passes_and_a_retained_graph(float64_default, mo
     one (twice over for the second backward, which accumulates)."""
     from cfmtrain.kernels import conv
 
-    taken, real = [], conv.conv_edge_forms
-
-    def recording(*args, **kwargs):
-        taken.append(kwargs.get("weight_grad_in", args[8] if len(args) > 8 else None) is not None)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(conv, "conv_edge_forms", recording)
+    taken = record_deferred_takes(monkeypatch)
 
     def grads(flag: bool):
         monkeypatch.setattr(conv, "DEFER_WEIGHT_GRADIENTS", flag)

@@ -429,6 +429,14 @@ def _deferral_target(ctx, basis: torch.Tensor | None, need: list[bool]):
     return peer, task
 
 
+def _leave_deferred(peer, task: int, left: torch.Tensor) -> None:
+    """Leaves per-edge weight gradients on the gather node `peer` for backward call `task`."""
+    if not hasattr(peer, _DEFER_ATTR):
+        setattr(peer, _DEFER_ATTR, {})
+    pending = getattr(peer, _DEFER_ATTR)
+    pending[task] = pending[task] + left if task in pending else left
+
+
 def _take_deferred(ctx) -> torch.Tensor | None:
     """The per-edge weight gradients edge nodes left on the gather node `ctx` in this backward
     (which it now runs: later edge nodes keep theirs)."""
@@ -535,13 +543,8 @@ def _edge_backward(ctx, a_attr, a_weight, a_basis, a_x, a_out):
     target = _deferral_target(ctx, basis, need)
     if target is not None:  # the gather contracts these forms' weight gradients with its own
         forms, left = _merge_shared_weight_forms(forms, need, ctx.graph, ctx.desc, d, emit=True)
-        peer, task = target
         if left is not None:  # (no shared form: nothing left)
-            pending = getattr(peer, _DEFER_ATTR, None)
-            if pending is None:
-                pending = {}
-                setattr(peer, _DEFER_ATTR, pending)
-            pending[task] = left if task not in pending else pending[task] + left
+            _leave_deferred(*target, left)
     elif not torch.is_grad_enabled():  # nothing differentiates this backward: merge the forms
         forms, _ = _merge_shared_weight_forms(forms, need, ctx.graph, ctx.desc, d)
     for (xf, yf, wf, bf, gf, rf), slots, weight_form in forms:
