@@ -94,6 +94,34 @@ def test_dry_run_every_other_target(config):
         ALL_RULES - {"all"} | set(others))
 
 
+def test_matrix_cells_run_group_by_group():
+    """Snakemake starts the training cells by priority: the matrix's (data set, ranks) groups one
+    after another, each group's variants in the matrix's order, all before the untimed jobs
+    (priority 0), so the variants a figure compares are timed back to back; a cell outside the
+    matrix (`matched`) has no priority."""
+    import re
+
+    matched = "results/train/mini_s/matched/r2/summary.json"
+    result = snakemake("-n", "--forceall", "--cores", "2", "all", matched)
+    assert result.returncode == 0, result.stdout + result.stderr
+    jobs = re.findall(r"^(?:local)?rule (\w+):\n(.*?)(?=^\S|\Z)", result.stdout, re.M | re.S)
+    priority = {}
+    for rule, body in jobs:
+        found = re.search(r"priority: (\d+)", body)
+        if rule != "train_cell":
+            assert not found, (rule, body)
+            continue
+        priority[re.search(r"output: (\S+)", body)[1]] = int(found[1]) if found else 0
+    matrix = yaml.safe_load((ROOT / "config/config.yaml").read_text())["train"]["matrix"]
+    expected = list(dict.fromkeys(f"results/train/{d}/{v}/r{r}/summary.json" for b in matrix
+                                  for d in b["datasets"] for r in b["ranks"]
+                                  for v in b["variants"]))
+    ranked = sorted((p for p in priority.items() if p[1] > 0), key=lambda p: -p[1])
+    assert [cell for cell, _ in ranked] == expected
+    assert len({p for _, p in ranked}) == len(expected)  # no ties: one order
+    assert priority[matched] == 0
+
+
 def _bad_config(tmp_path: Path, edit) -> Path:
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     edit(config)

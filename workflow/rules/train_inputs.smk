@@ -96,6 +96,29 @@ def ablation_targets():
     return list(dict.fromkeys(cells))
 
 
+def cell_order():
+    """The matrix's cells in the order they run: group by group (a data set at a rank count, in
+    the matrix's order), the group's variants one after another. The variants a figure compares
+    are then timed minutes apart, not across the whole run: the host's speed drifts over
+    minutes (README, issue #13), and a comparison across a drift moves the ordering."""
+    cells = [
+        f"results/train/{d}/{v}/r{r}/summary.json"
+        for block in TRAIN["matrix"]
+        for d in block["datasets"]
+        for r in block["ranks"]
+        for v in block["variants"]
+    ]
+    return list(dict.fromkeys(cells))
+
+
+def cell_priority(wildcards):
+    """Snakemake priority of a training cell: the earlier in cell_order, the higher (every
+    matrix cell above the untimed jobs' 0, so the matrix runs first); 0 for a cell outside it."""
+    order = cell_order()
+    cell = f"results/train/{wildcards.trainset}/{wildcards.variant}/r{wildcards.ranks}/summary.json"
+    return len(order) - order.index(cell) if cell in order else 0
+
+
 def baseline_check_targets():
     """The checks of config `train.baseline_check`: mace_run_train against the baseline."""
     return [f"results/train/{d}/baseline_check.json" for d in TRAIN["baseline_check"]]
