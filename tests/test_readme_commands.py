@@ -1,7 +1,8 @@
 """Every command in README.md's bash blocks is one that a test or CI exercises: `make` (CI runs
 `make test`), `snakemake` (planned here as written with the default config, and with their own
 configs by tests/test_own_files.py), `python -m pytest` of test files that exist, and
-`cfmtrain bench` and `cfmtrain figure` lines read by the command's own argument parser."""
+`cfmtrain bench` and `cfmtrain figure` lines read by the command's own argument parser, and
+`cfmtrain goals` lines run as written on a results folder of known cells."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def readme_commands() -> list[str]:
 def test_readme_has_commands_of_known_kinds():
     commands = readme_commands()
     assert {"make run", "make test"} <= set(commands)
-    kinds = ("make ", "snakemake ", "python -m pytest ", "cfmtrain bench ", "cfmtrain figure ")
+    kinds = ("make ", "snakemake ", "python -m pytest ", "cfmtrain bench ", "cfmtrain figure ",
+             "cfmtrain goals ")
     assert [c for c in commands if not c.startswith(kinds)] == []
 
 
@@ -70,3 +72,23 @@ def test_readme_snakemake_commands_plan(command):
     result = subprocess.run([sys.executable, "-m", *shlex.split(command), "-n"], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("command", [c for c in readme_commands()
+                                     if c.startswith("cfmtrain goals ")])
+def test_readme_goals_commands_run(command, tmp_path):
+    """The line as written, in a folder whose `results` holds one run's cells that meet the
+    goals (tests/test_ablation_goals.py), then again with `both` on mini_m slower than
+    `kernel`: exit 0, then 1."""
+    from test_ablation_goals import GOOD, write_run
+
+    write_run(tmp_path / "results")
+    words = shlex.split(command)
+    result = subprocess.run([sys.executable, "-m", "cfmtrain", *words[1:]], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "FAILED" not in result.stdout and "checks passed over 1 run(s)" in result.stderr
+    write_run(tmp_path / "results", {("mini_m", 2): {**GOOD[("mini_m", 2)], "both": 6.0}})
+    result = subprocess.run([sys.executable, "-m", "cfmtrain", *words[1:]], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "ordering      mini_m r2" in result.stdout
