@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "sweep": ("cfmtrain.sweep.cli", "batch-size and bin-capacity sweeps", True),
     "simulate": ("cfmtrain.simulate.cli", "cost model and epoch-time simulator", False),
     "goals": ("cfmtrain.plots.goals", "issue #13's ablation goals (spread, ordering, "
-              "speed-up) checked on the Figure 6 tables of consecutive runs", False),
+              "speed-up) checked on the training cells of consecutive runs", False),
     "figure": ("cfmtrain.plots.cli", "one figure of the paper from results files: its table "
                "(CSV), then the image", False),
 }

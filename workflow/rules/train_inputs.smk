@@ -85,22 +85,11 @@ def set_options(pairs):
 
 def ablation_targets():
     """Every cell of the blocks of config `train.matrix` (each block: every combination of its
-    datasets, variants and ranks)."""
-    cells = [
-        f"results/train/{d}/{v}/r{r}/summary.json"
-        for block in TRAIN["matrix"]
-        for d in block["datasets"]
-        for v in block["variants"]
-        for r in block["ranks"]
-    ]
-    return list(dict.fromkeys(cells))
-
-
-def cell_order():
-    """The matrix's cells in the order they run: group by group (a data set at a rank count, in
-    the matrix's order), the group's variants one after another. The variants a figure compares
-    are then timed minutes apart, not across the whole run: the host's speed drifts over
-    minutes (README, issue #13), and a comparison across a drift moves the ordering."""
+    datasets, variants and ranks), in the order they run: group by group (a data set at a rank
+    count, in the matrix's order), the group's variants one after another. The variants a
+    figure compares are then timed minutes apart, not across the whole run: the host's speed
+    drifts over minutes (README, issue #13), and a comparison across a drift moves the
+    ordering."""
     cells = [
         f"results/train/{d}/{v}/r{r}/summary.json"
         for block in TRAIN["matrix"]
@@ -112,9 +101,9 @@ def cell_order():
 
 
 def cell_priority(wildcards):
-    """Snakemake priority of a training cell: the earlier in cell_order, the higher (every
+    """Snakemake priority of a training cell: the earlier in ablation_targets, the higher (every
     matrix cell above the untimed jobs' 0, so the matrix runs first); 0 for a cell outside it."""
-    order = cell_order()
+    order = ablation_targets()
     cell = f"results/train/{wildcards.trainset}/{wildcards.variant}/r{wildcards.ranks}/summary.json"
     return len(order) - order.index(cell) if cell in order else 0
 
