@@ -5,6 +5,7 @@ shape (rows, speed-ups and ns/day computed from the run's own timings, the figur
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -81,9 +82,11 @@ def test_mp0_shapes_fuse_to_mace_torch_energy_and_forces(shape, hidden):
 
 def test_bench_md_end_to_end(tmp_path):
     csv, png = tmp_path / "md.csv", tmp_path / "md.png"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY")}
     subprocess.run([sys.executable, "-m", "cfmtrain", "bench", "md", "--preset", "test",
                     "--systems", "fcc", "water", "--threads", "1", "--output", str(csv),
-                    "--figure", str(png)], check=True)
+                    "--figure", str(png)], check=True, env=env)
     rows = pd.read_csv(csv)
     assert len(rows) == 4 and (rows.status == "ok").all()
     assert set(zip(rows.system, rows.impl, strict=True)) == {(s, i) for s in ("fcc", "water")
@@ -100,6 +103,8 @@ def test_bench_md_end_to_end(tmp_path):
     assert (rows.min_step_s <= rows.median_step_s).all()
     assert (rows.median_step_s <= rows.max_step_s).all()
     assert (rows.steps == 3).all() and (rows.threads == 1).all()
+    # the children's defaults: passive OpenMP waits, one OpenBLAS thread (numpy's)
+    assert (rows.omp_wait_policy == "passive").all() and (rows.openblas_threads == 1).all()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -109,6 +114,21 @@ def test_a_failing_configuration_is_a_row_not_a_crash(capsys):
     assert md_worker.main(bad) == 0
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert row["status"].startswith("error: ")
+
+
+@pytest.mark.parametrize("caller", [None, "2"])
+def test_children_get_one_openblas_thread_unless_the_caller_sets_it(monkeypatch, caller):
+    from cfmtrain.bench.kernels import memory_limit, run_child
+
+    if caller is None:
+        monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OPENBLAS_NUM_THREADS", caller)
+    bad = {"system": "fcc", "shape": "tiny", "atoms": 8, "impl": "fused", "steps": 3,
+           "dtype": "float16", "threads": 1}
+    row = run_child(bad, 300, memory_limit(None), module="cfmtrain.bench.md")
+    assert row["status"].startswith("error: ")
+    assert row["openblas_threads"] == (caller or "1")
 
 
 def test_steps_below_three_are_refused():

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cfmtrain.bench.kernels import OMP_WAIT_POLICY, PASSES, PRESETS, _configs, _rel_diff
+from cfmtrain.bench.kernels import CHILD_ENV, PASSES, PRESETS, _configs, _rel_diff
 from cfmtrain.kernels import isa
 from cfmtrain.malloc_env import MALLOC_ENV
 
@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_one(config: dict, variant: str, timeout: float) -> dict:
     """One configuration in a subprocess loading `variant`; its timing, or a RuntimeError with
     the child's last error line."""
-    env = {"OMP_WAIT_POLICY": OMP_WAIT_POLICY, **os.environ, **MALLOC_ENV, isa.ENV: variant}
+    env = {**CHILD_ENV, **os.environ, **MALLOC_ENV, isa.ENV: variant}
     proc = subprocess.run([sys.executable, "-m", "cfmtrain.bench.isa", json.dumps(config)],
                           env=env, capture_output=True, text=True, timeout=timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]

@@ -76,6 +76,13 @@ MATMUL_SIZE = 3072
 # a 96-atom training step 9.4 s spinning, 0.46 s passive): passive for every implementation,
 # unless the caller's environment sets the policy.
 OMP_WAIT_POLICY = "passive"
+# numpy's OpenBLAS threads, woken in every `MACECalculator` step by mace-torch's neighbour
+# shifts (np.dot of [edges, 3] by the cell), then spin on the cores torch computes on (measured,
+# an MP-0-medium MD step on 1k water with one against two, 8 interleaved pairs each: 1.11x with
+# OpenMP's default spinning waits, 1.03x with the passive ones set here): one for every
+# implementation, unless the caller's environment sets it. torch's own BLAS is MKL, unaffected.
+OPENBLAS_NUM_THREADS = "1"
+CHILD_ENV = {"OMP_WAIT_POLICY": OMP_WAIT_POLICY, "OPENBLAS_NUM_THREADS": OPENBLAS_NUM_THREADS}
 OOM_MARKERS = ("can't allocate memory", "MemoryError", "out of memory", "std::bad_alloc")
 
 
@@ -144,7 +151,7 @@ def run_child(config: dict, timeout: float, limit: int,
     """Run one configuration in a subprocess (`python -m <module> <config as JSON>`, which
     prints a JSON line); returns its result with peak memory and status (ok, oom, timeout or
     crash: <last line of stderr>)."""
-    env = {"OMP_WAIT_POLICY": OMP_WAIT_POLICY, **os.environ, **MALLOC_ENV}
+    env = {**CHILD_ENV, **os.environ, **MALLOC_ENV}
     cmd = [sys.executable, "-m", module, json.dumps(config)]
 
     def limit_memory() -> None:
@@ -217,7 +224,7 @@ def _add_speedups(rows: list[dict]) -> None:
 COLUMNS = ["op", "model", "cg", "impl", "atoms", "edges", "dtype", "pass", "status", "median_s",
            "min_s", "median_cpu_s", "reps", "compile_s", "peak_rss_mb", "speedup_vs_mace",
            "max_rel_diff_vs_mace", "flops", "gflop_s", "pct_of_matmul_peak", "threads",
-           "omp_wait_policy", "backend"]
+           "omp_wait_policy", "openblas_threads", "backend"]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -358,7 +358,8 @@ def time_step(step: Step, reps: int) -> dict:
 def main(config: dict) -> int:
     """Run `config`; print one JSON line (status ok / oom / error) and return 0."""
     result: dict = {"threads": torch.get_num_threads(),
-                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
+                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+                    "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "")}
     try:
         step, facts = setup(config)
         result.update(facts)

@@ -36,7 +36,7 @@ COLUMNS = ["system", "shape", "impl", "target_atoms", "atoms", "dtype", "status"
            "median_step_s", "min_step_s", "max_step_s", "median_cpu_s", "first_call_s",
            "steps_per_s", "ns_per_day", "speedup_vs_mace", "peak_rss_mb", "rss_vs_mace",
            "energy_rel_diff_vs_mace", "forces_rel_diff_vs_mace", "threads", "omp_wait_policy",
-           "backend"]
+           "openblas_threads", "backend"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

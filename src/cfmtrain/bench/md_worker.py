@@ -145,8 +145,7 @@ def run_md(config: dict) -> dict:
             "ns_per_day": 86400.0 / median * TIMESTEP_FS * 1e-6,
             "energy": float(energy), "forces_norm": float(np.linalg.norm(forces)),
             "forces_probe": float(forces.ravel() @ probe(forces.size)), "backend": backend,
-            "threads": torch.get_num_threads(),
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
+            "threads": torch.get_num_threads()}
 
 
 def main(config: dict) -> int:
@@ -157,5 +156,7 @@ def main(config: dict) -> int:
         traceback.print_exc()
         oom = isinstance(err, MemoryError) or any(m in str(err) for m in OOM_MARKERS)
         result = {"status": "oom" if oom else f"error: {type(err).__name__}: {str(err)[:200]}"}
+    result.update(omp_wait_policy=os.environ.get("OMP_WAIT_POLICY"),
+                  openblas_threads=os.environ.get("OPENBLAS_NUM_THREADS"))
     print(json.dumps(result), flush=True)
     return 0
