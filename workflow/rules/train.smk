@@ -30,7 +30,8 @@ rule train_cell:
         max_steal=TRAIN["contention"]["max_steal_fraction"],
         max_probe=TRAIN["contention"]["max_probe_slowdown"],
         max_cpu=TRAIN["contention"]["max_cpu_slowdown"],
-    # the matrix group by group (ablation_targets' order): a figure's variants are timed back to back
+    # the matrix group by group (ablation_targets' order): a figure's variants are timed back
+    # to back
     priority: cell_priority
     # ranks x threads per rank (config train.settings.threads; 0 or unset: the cores / ranks),
     # capped by --cores locally and by the profile's max-threads under Slurm
