@@ -20,6 +20,7 @@ from torch.utils.flop_counter import register_flop_formula
 
 from cfmtrain.kernels.adopt import Adopting
 from cfmtrain.kernels.backend import load_ops
+from cfmtrain.kernels.dense import dense_mm
 from cfmtrain.kernels.radial import FoldedRadialMLP
 
 FUSION_TAG = "cfmtrain"
@@ -227,7 +228,7 @@ def formed_rows(weight: torch.Tensor, basis: torch.Tensor, graph: ConvGraph) -> 
     if weight.shape[0] * basis.shape[1] * weight.element_size() > ROW_CACHE_BYTES:
         return None
     with torch.no_grad():
-        return torch.mm(weight.index_select(0, graph.recv_perm), basis)
+        return dense_mm(weight.index_select(0, graph.recv_perm), basis)
 
 
 def channelwise_conv(node_feats: torch.Tensor, edge_attrs: torch.Tensor, tp_weights: torch.Tensor,
@@ -457,9 +458,9 @@ def _contract_deferred(ctx, deferred: torch.Tensor) -> tuple:
     d = [None] * ctx.num_inputs
     perm = ctx.graph.recv_perm
     if need[2]:
-        d[2] = torch.zeros_like(weight).index_copy_(0, perm, deferred @ basis.T)
+        d[2] = torch.zeros_like(weight).index_copy_(0, perm, dense_mm(deferred, basis.T))
     if need[3]:
-        d[3] = weight.index_select(0, perm).T @ deferred
+        d[3] = dense_mm(weight.index_select(0, perm).T, deferred)
     return tuple(d)
 
 

@@ -20,6 +20,7 @@ from e3nn import o3
 
 from cfmtrain.kernels.adopt import Adopting, swap_in, swap_out
 from cfmtrain.kernels.conv import FusedChannelwiseConv, _interaction_blocks
+from cfmtrain.kernels.dense import dense_matmul
 
 # mace-torch blocks whose forward passes the conv's message to `linear` and nowhere else (only
 # truncate_ghosts, a row slice, between them): their conv may hand it over in ir_mul
@@ -71,7 +72,7 @@ class FusedLinear(Adopting):
             if self.ir_mul_input:  # blocks [nodes, dim, mul]: rows (node, component) of one mm
                 xs = [blocks[i].view(x.shape[0], ir_dim, -1) for _, i, _ in paths]
                 xs = xs[0] if len(xs) == 1 else torch.cat(xs, 2)
-                out = (xs.reshape(-1, w.shape[0]) @ w).view(x.shape[0], ir_dim, mul_out)
+                out = dense_matmul(xs.reshape(-1, w.shape[0]), w).view(x.shape[0], ir_dim, mul_out)
                 outs.append(out.transpose(1, 2).reshape(x.shape[0], -1))
                 continue
             xs = [blocks[i].reshape(x.shape[0], -1, ir_dim) for _, i, _ in paths]

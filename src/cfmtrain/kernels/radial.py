@@ -18,6 +18,7 @@ from e3nn.nn import FullyConnectedNet
 
 from cfmtrain.kernels.adopt import Adopting, swap_in, swap_out
 from cfmtrain.kernels.backend import load_ops
+from cfmtrain.kernels.dense import dense_matmul
 from cfmtrain.kernels.silu import silu
 
 load_ops("cfmtrain._ops_radial_mlp")
@@ -140,7 +141,7 @@ class FoldedRadialMLP(Adopting):
             x = _FusedHidden.apply(x.contiguous(), *(layer.weight * scale
                                                      for layer, (scale, _) in layers[:fused]))
         for layer, (scale, act) in layers[fused:]:
-            x = x @ (layer.weight * scale)
+            x = dense_matmul(x, layer.weight * scale)
             if act is not None:
                 x = act(x)
         return x if self.carry == 1.0 or self.factored else x * self.carry
