@@ -14,7 +14,12 @@ import torch
 
 
 def uses_onednn(a: torch.Tensor) -> bool:
-    """Whether `dense_mm` of this operand runs on oneDNN (float32 on the CPU, oneDNN enabled)."""
+    """Whether `dense_mm` of this operand runs on oneDNN: float32 on the CPU, oneDNN enabled, and
+    not while torch.compile traces (checked first: reading torch.backends' flags breaks dynamo's
+    graph, and a force graph broken there came out with zero forces; inductor picks its own
+    matmul)."""
+    if torch.compiler.is_compiling():
+        return False
     return (a.dtype == torch.float32 and a.device.type == "cpu"
             and torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
 
@@ -44,8 +49,7 @@ class _DenseMM(torch.autograd.Function):
 
 
 def dense_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a [m, k] @ b [k, n] through autograd, on oneDNN where `uses_onednn` (torch's `@` while
-    torch.compile traces: it fuses its own)."""
-    if not uses_onednn(a) or torch.compiler.is_compiling():
+    """a [m, k] @ b [k, n] through autograd, on oneDNN where `uses_onednn`."""
+    if not uses_onednn(a):
         return a @ b
     return _DenseMM.apply(a, b)
