@@ -53,6 +53,9 @@ def test_harness_end_to_end(tmp_path, monkeypatch):
     assert sorted(peaks.index) == ["float32", "float64"]
     assert peaks["pct_of_matmul_peak"].tolist() == pytest.approx([100.0, 100.0])
     assert (peaks["gflop_s"] > 0).all()
+    # the peak of the library the fused ops' products run on (kernels.dense)
+    assert peaks.loc["float32", "backend"] == "oneDNN matmul 512x512"
+    assert peaks.loc["float64", "backend"] == "torch.matmul 512x512"
     ops = rows[rows["impl"] != "matmul-peak"]
     for (op, dtype, kind), group in ops.groupby(["op", "dtype", "pass"]):
         fused, mace = (group[group["impl"] == i].iloc[0] for i in ("fused", "mace"))

@@ -5,7 +5,8 @@ Each configuration (op, implementation, atoms, dtype, pass) runs in its own subp
 memory is the child's ru_maxrss, and a child that runs out of memory or crashes is recorded so.
 Rows also carry the largest relative difference of what was computed from mace-torch's row, and
 for the fused rows (every pass) the GFLOP/s of the FLOPs the step executes (bench/flops.py)
-against a matmul peak measured in the same run (rows with impl "matmul-peak").
+against a matmul peak measured in the same run (rows with impl "matmul-peak", on the library the
+fused ops use for the dtype: oneDNN for float32, torch.matmul for float64).
 """
 
 from __future__ import annotations
