@@ -1,11 +1,13 @@
-"""The fused ops' dense products on oneDNN (cfmtrain.kernels.dense, kernels/common/dense_mm.h):
-the same numbers as torch's matmul, derivatives of every order, and the switch that turns it off."""
+"""The fused ops' large dense products on oneDNN (cfmtrain.kernels.dense): the same numbers as
+torch's matmul, derivatives of every order, small products left on torch.mm, and the switch that
+turns it off."""
 
 import mace.modules  # noqa: F401  (import mace before e3nn)
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from cfmtrain.kernels import dense
 from cfmtrain.kernels.conv import channelwise_conv, conv_descriptor, conv_graph
 from cfmtrain.kernels.dense import dense_matmul, dense_mm, uses_onednn
 
@@ -15,12 +17,18 @@ pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
 ONEDNN = "mkldnn::_linear_pointwise"
 
 
+@pytest.fixture
+def any_size(monkeypatch):
+    """oneDNN for every float32 product, however small (the tests' are)."""
+    monkeypatch.setattr(dense, "ONEDNN_MIN_FLOPS", 0.0)
+
+
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.double() - b.double()).abs().max() / b.double().abs().max()).item()
 
 
 def onednn_calls(fn) -> int:
-    """How many oneDNN matmuls `fn()` runs (the profiler records ops called from C++ too)."""
+    """How many oneDNN matmuls `fn()` runs."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
     return sum(e.count for e in prof.key_averages() if e.key == ONEDNN)
@@ -28,7 +36,7 @@ def onednn_calls(fn) -> int:
 
 @pytest.mark.parametrize("case", ["plain", "a transposed", "b transposed", "rows of a tile",
                                   "no rows"])
-def test_dense_mm_equals_float64_product_for_any_strides(case):
+def test_dense_mm_equals_float64_product_for_any_strides(any_size, case):
     gen = torch.Generator().manual_seed(0)
     a, b = torch.randn(70, 64, generator=gen), torch.randn(64, 33, generator=gen)
     if case == "a transposed":
@@ -39,7 +47,6 @@ def test_dense_mm_equals_float64_product_for_any_strides(case):
         a = torch.randn(128, 64, generator=gen).narrow(0, 5, 70)
     elif case == "no rows":
         a = a[:0]
-    assert uses_onednn(a)
     out = dense_mm(a, b)
     assert out.shape == (a.shape[0], 33) and out.dtype == torch.float32
     if a.shape[0]:
@@ -47,7 +54,17 @@ def test_dense_mm_equals_float64_product_for_any_strides(case):
         assert rel_err(out, a.double() @ b.double()) < 1e-6
 
 
-def test_dense_matmul_derivatives_to_second_order_equal_torch():
+def test_only_products_of_a_gigaflop_go_to_onednn():
+    """A primitive per new shape costs up to 1.5 ms; small products (a training batch's edge
+    count changes every step) stay on torch.mm."""
+    small = torch.randn(500, 64), torch.randn(64, 128)
+    large = torch.randn(4000, 128), torch.randn(128, 1000)  # 1.02 GFLOP
+    assert onednn_calls(lambda: dense_mm(*small)) == 0
+    assert onednn_calls(lambda: dense_mm(*large)) == 1
+    assert rel_err(dense_mm(*large), large[0].double() @ large[1].double()) < 1e-6
+
+
+def test_dense_matmul_derivatives_to_second_order_equal_torch(any_size):
     gen = torch.Generator().manual_seed(1)
     a = torch.randn(50, 16, generator=gen, requires_grad=True)
     b = torch.randn(16, 24, generator=gen, requires_grad=True)
@@ -65,7 +82,7 @@ def test_dense_matmul_derivatives_to_second_order_equal_torch():
     assert onednn_calls(lambda: derivatives(dense_matmul)) >= 3  # forward, a's grads
 
 
-def test_onednn_only_for_float32_and_while_enabled():
+def test_onednn_only_for_float32_and_while_enabled(any_size):
     x = torch.randn(4, 4)
     assert uses_onednn(x) and not uses_onednn(x.double())
     with torch.backends.mkldnn.flags(enabled=False):
@@ -74,9 +91,9 @@ def test_onednn_only_for_float32_and_while_enabled():
     assert onednn_calls(lambda: dense_mm(x.double(), x.double())) == 0
 
 
-def test_compiled_conv_forms_factored_weights_on_onednn_with_the_same_numbers():
-    """The conv kernel's chunked weight products (forming the rows, their gradients) call oneDNN
-    for float32; turned off, at::mm gives the same message and derivatives."""
+def test_conv_forms_factored_weights_on_onednn_with_the_same_numbers(any_size):
+    """The conv's weight rows formed once for a step (keep_rows) on oneDNN for float32;
+    turned off, torch.mm gives the same message and derivatives."""
     from e3nn import o3
     from mace.modules.irreps_tools import tp_out_irreps_with_instructions
     from mace.modules.wrapper_ops import TensorProduct
@@ -95,21 +112,14 @@ def test_compiled_conv_forms_factored_weights_on_onednn_with_the_same_numbers():
     cot = torch.randn(30, tp.irreps_out.dim, generator=gen)
 
     def run():
-        out = channelwise_conv(x, y, h, graph, desc, basis=basis)
+        out = channelwise_conv(x, y, h, graph, desc, basis=basis, keep_rows=True)
         grads = torch.autograd.grad((out * cot).sum(), (x, y, h, basis))
         return [out, *grads]
 
-    def inference():
-        with torch.no_grad():  # no rows formed for a backward: the kernel forms them per chunk
-            return channelwise_conv(x, y, h, graph, desc, basis=basis)
-
-    calls, in_kernel = onednn_calls(run), onednn_calls(inference)
-    ours, ours_inference = run(), inference()
+    calls, ours = onednn_calls(run), run()
     with torch.backends.mkldnn.flags(enabled=False):
-        assert onednn_calls(run) == 0 and onednn_calls(inference) == 0
-        plain, plain_inference = run(), inference()
-    assert calls > 0 and in_kernel > 0
-    assert rel_err(ours_inference, plain_inference) < 1e-5
-    assert rel_err(ours_inference, ours[0]) < 1e-5
+        assert onednn_calls(run) == 0
+        plain = run()
+    assert calls > 0
     for a, b in zip(ours, plain, strict=True):
         assert rel_err(a, b) < 1e-5

@@ -5,8 +5,6 @@
 // specialised for the irrep dimensions 1, 3, 5, 7 (a generic kernel covers the rest).
 #include "channelwise_conv_cpu.h"
 
-#include "../common/dense_mm.h"
-
 #include <ATen/Parallel.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <omp.h>
@@ -343,7 +341,10 @@ struct WeightRows {
     const T* h = src.weight.data_ptr<T>();
     T* ht = h_tile.data_ptr<T>();
     for (int64_t q = q0; q < q1; ++q) std::memcpy(ht + (q - q0) * k, h + prm[q] * k, k * sizeof(T));
-    if (form && n > 0) dense_mm_tile(w_tile, h_tile.narrow(0, 0, n), src.basis);
+    if (form && n > 0) {
+      at::Tensor w = w_tile.narrow(0, 0, n);
+      at::mm_out(w, h_tile.narrow(0, 0, n), src.basis);
+    }
   }
   // Row of the edge at CSR position q (edge id e) of the chunk starting at q0.
   const T* row(int64_t q, int64_t q0, int64_t e) const {
@@ -564,14 +565,15 @@ void edge_kernel(const std::vector<EdgeForm>& forms, const Weights& weights, con
           for (int64_t i = 0; i < n * w_dim; ++i) dst[i] += add[i];
         }
         if (g_weight) {
-          dense_mm_tile(gh_tile, gw, weights.basis.t());
+          at::Tensor gh = gh_tile.narrow(0, 0, n);
+          at::mm_out(gh, gw, weights.basis.t());
           const int64_t k = gh_tile.size(1);
           T* dst = g_weight->data_ptr<T>();
           const T* src = gh_tile.data_ptr<T>();
           for (int64_t q = q0; q < q1; ++q)
             std::memcpy(dst + prm[q] * k, src + (q - q0) * k, k * sizeof(T));
         }
-        if (g_basis) dense_addmm_(basis_sum, rows.h_tile.narrow(0, 0, n).t(), gw);
+        if (g_basis) basis_sum.addmm_(rows.h_tile.narrow(0, 0, n).t(), gw);
       }
     }
     if (basis_sum.defined()) basis_sums[omp_get_thread_num()] = basis_sum;

@@ -323,17 +323,18 @@ def setup(config: dict) -> tuple[Step, dict]:
 
 def setup_matmul(config: dict) -> tuple[Step, dict]:
     """The machine's matmul peak: the product of two seeded n x n matrices (2 n^3 FLOPs) on the
-    library the fused ops use for that dtype (kernels.dense: oneDNN for float32, where it ran
-    2.4x MKL's sgemm on an AMD CPU; torch.matmul otherwise)."""
-    from cfmtrain.kernels.dense import dense_mm, uses_onednn
+    library the fused ops' large products use for that dtype (kernels.dense: oneDNN for float32,
+    where it ran 2.4x MKL's sgemm on an AMD CPU; torch.matmul otherwise)."""
+    from cfmtrain.kernels.dense import onednn_mm, uses_onednn
 
     n = int(config["size"])
     gen = torch.Generator().manual_seed(0)
     a, b = (torch.randn(n, n, generator=gen).to(getattr(torch, config["dtype"])) for _ in "ab")
-    library = "oneDNN matmul" if uses_onednn(a) else "torch.matmul"
+    onednn = uses_onednn(a)
+    library = "oneDNN matmul" if onednn else "torch.matmul"
 
     def step(record: bool = False) -> dict | None:
-        out = dense_mm(a, b)
+        out = onednn_mm(a, b) if onednn else a @ b
         return {"out": out} if record else None
     return step, {"flops": 2 * n**3, "backend": f"{library} {n}x{n}"}
 
