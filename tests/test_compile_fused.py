@@ -11,7 +11,7 @@ from mace.tools.compile import configure_autograd_for_compile, disable_e3nn_code
 from test_conv import make_tp
 
 from cfmtrain.bench.kernels_worker import make_batch, paper_model, supercell
-from cfmtrain.kernels import fuse_model, prepare_for_compile, unfuse_model, without_codegen
+from cfmtrain.kernels import dense, fuse_model, prepare_for_compile, unfuse_model, without_codegen
 from cfmtrain.kernels.conv import channelwise_conv, conv_descriptor, conv_graph
 from cfmtrain.kernels.sparse_polynomial import _REGISTRY
 
@@ -72,14 +72,17 @@ def test_conv_force_loss_gradients_compile_to_eager(float64_no_codegen, factored
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-4)])
-def test_fused_model_training_step_compiles_to_eager(float64_no_codegen, tmp_path, dtype, tol):
+def test_fused_model_training_step_compiles_to_eager(float64_no_codegen, tmp_path, monkeypatch,
+                                                     dtype, tol):
     """A whole fused model (every fusion: contraction, conv with its radial MLP, reshape, linear,
     element skip) prepared for torch.compile: energy, forces and the force-training loss's
     parameter gradients of the compiled model equal the eager fused model's (float32: whose
-    eager products run on oneDNN, kernels.dense, and whose compiled ones must not). Compiled first,
+    eager products run on oneDNN, kernels.dense, here at any size, and whose compiled ones must
+    not: deciding that once broke dynamo's graph and gave zero forces). Compiled first,
     with no derivative descriptor cached, as in a fresh process: the contraction's derivative
     descriptors are then made while dynamo traces, and once held fake tensors of that trace
     (inductor: "Mixing fake modes")."""
+    monkeypatch.setattr(dense, "ONEDNN_MIN_FLOPS", 0.0)  # the tiny model's products too
     for desc in list(_REGISTRY.values()):
         desc._derivatives.clear()
     path = tmp_path / "tiny.model"  # as the README: a model file, loaded and rebuilt
