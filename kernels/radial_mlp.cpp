@@ -4,8 +4,8 @@
 // Unfused, every layer streams an [edges, hidden] tensor through memory three times (the matmul's
 // output, SiLU's input and output), and MKL runs the tall [edges x 64] @ [64 x 64] products at a
 // fraction of its peak. Here each thread takes chunks of kRows edges and runs the whole net on
-// them: the matmuls on [kRows x 64] tiles, SiLU in place; asked to, it also writes each layer's
-// pre-activations z for the backward. The backward goes back through the layers chunk by chunk:
+// them: the matmuls on [kRows x 64] tiles (common/gemm.h), SiLU in place; asked to, it also
+// writes each layer's pre-activations z for the backward. The backward goes back through the layers chunk by chunk:
 // d z = g * silu'(z), d a = d z @ W^T, and, when asked, d W += silu(z_prev)^T @ d z (per-thread
 // sums).
 // Python (cfmtrain/kernels/radial.py) holds the autograd around it (first order; a backward that
@@ -19,6 +19,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include "common/gemm.h"
 
 namespace cfmtrain::radial {
 namespace {
@@ -57,7 +59,7 @@ void forward_chunk(const at::Tensor& x, at::TensorList weights,
   at::Tensor in = x.narrow(0, r0, m);
   for (size_t l = 0; l < n; ++l) {
     at::Tensor zl = saved.empty() ? tiles[l].narrow(0, 0, m) : saved[l].narrow(0, r0, m);
-    at::mm_out(zl, in, weights[l]);
+    gemm::mm_into(zl, in, weights[l], false);
     at::Tensor al = l + 1 == n ? out.narrow(0, r0, m) : a[l].narrow(0, 0, m);
     at::silu_out(al, zl);
     in = al;
@@ -116,6 +118,8 @@ std::tuple<at::Tensor, std::vector<at::Tensor>> backward(const at::Tensor& x,
   const int64_t chunks = (rows + kRows - 1) / kRows;
   const int64_t threads = worth_threads(rows) ? at::get_num_threads() : 1;
   std::vector<std::vector<at::Tensor>> sums(threads);  // per thread: d W[l]
+  std::vector<at::Tensor> transposed;  // W[l]^T with contiguous rows, for the tiles' d a
+  for (int64_t l = 0; l < n; ++l) transposed.push_back(weights[l].t().contiguous());
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -143,15 +147,15 @@ std::tuple<at::Tensor, std::vector<at::Tensor>> backward(const at::Tensor& x,
             in = a_tile.narrow(0, 0, m).narrow(1, 0, weights[l].size(0));
             at::silu_out(in, z[l - 1].narrow(0, r0, m));
           }
-          dw[l].addmm_(in.t(), dz);
+          gemm::mm_into(dw[l], in.t(), dz, true);
         }
         if (l > 0) {
           at::Tensor gl = g_tile.narrow(0, 0, m).narrow(1, 0, weights[l].size(0));
-          at::mm_out(gl, dz, weights[l].t());
+          gemm::mm_into(gl, dz, transposed[l], false);
           g = gl;
         } else if (need_x) {
           at::Tensor gr = gx.narrow(0, r0, m);
-          at::mm_out(gr, dz, weights[0].t());
+          gemm::mm_into(gr, dz, transposed[0], false);
         }
       }
     }

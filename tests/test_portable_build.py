@@ -17,7 +17,7 @@ import pytest
 import setuptools
 import torch
 
-import cfmtrain.kernels.conv  # noqa: F401  (loads the conv's op library)
+import cfmtrain.kernels.conv  # noqa: F401  (loads the conv's op library, and the dense products')
 import cfmtrain.kernels.radial  # noqa: F401  (loads the radial MLP's op library)
 import cfmtrain.kernels.silu  # noqa: F401  (loads the radial MLP's activation library)
 import cfmtrain.kernels.sparse_polynomial  # noqa: F401  (loads the contraction's op library)
@@ -26,10 +26,13 @@ from cfmtrain.kernels.backend import load_ops
 
 ROOT = Path(__file__).resolve().parents[1]
 # the ops this test file loads
-OPS = ("channelwise_conv", "radial_mlp", "silu", "symmetric_contraction")
+OPS = ("channelwise_conv", "dense_mm", "radial_mlp", "silu", "symmetric_contraction")
 LIBRARIES = tuple(f"cfmtrain._ops_{op}" for op in OPS)
 ALL_LIBRARIES = tuple(sorted(f"cfmtrain._ops_{p.stem}" for p in (ROOT / "kernels").glob("*.cpp")))
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+# the libraries with the runtime-dispatched AVX-512 product (kernels/common/gemm.h)
+GEMM_LIBRARIES = tuple(f"cfmtrain._ops_{op}"
+                       for op in ("channelwise_conv", "dense_mm", "radial_mlp"))
 
 
 def setup_extensions(monkeypatch, machine: str, arch: str | None,
@@ -97,12 +100,24 @@ def test_setup_names_a_bad_switch(monkeypatch):
         setup_extensions(monkeypatch, "aarch64", "avx2")
 
 
-def vector_registers(library: str) -> set[str]:
-    """The x86 vector register kinds (xmm, ymm, zmm) a built library's code uses."""
+# The AVX-512 product of kernels/common/gemm.h: compiled for AVX-512 by a function attribute in
+# every library, and called only where the CPU has it (cfmtrain.kernels.dense.gemm_backend).
+RUNTIME_DISPATCHED = "cfmtrain::gemm::"
+
+
+def vector_registers(library: str, skip_dispatched: bool = True) -> set[str]:
+    """The x86 vector register kinds (xmm, ymm, zmm) a built library's code uses, outside the
+    runtime-dispatched functions unless `skip_dispatched` is off."""
     origin = importlib.util.find_spec(library).origin
-    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", origin], check=True,
+    code = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", origin], check=True,
                           capture_output=True, text=True).stdout
-    return set(re.findall(r"%([xyz]mm)\d", code))
+    kinds, skip = set(), False
+    for line in code.splitlines():
+        if line.endswith(">:"):  # a function's first line
+            skip = skip_dispatched and RUNTIME_DISPATCHED in line
+        elif not skip:
+            kinds.update(re.findall(r"%([xyz]mm)\d", line))
+    return kinds
 
 
 def built_variants(library: str) -> list[str]:
@@ -116,6 +131,8 @@ def test_generic_libraries_hold_no_avx_code():
     for library in ALL_LIBRARIES:
         if X86_64:
             assert vector_registers(library) <= {"xmm"}, library
+            if library in GEMM_LIBRARIES:  # the one place of wider registers
+                assert "zmm" in vector_registers(library, skip_dispatched=False), library
             if "avx2" in built_variants(library):
                 assert "ymm" in vector_registers(f"{library}_avx2"), library
         else:

@@ -5,6 +5,8 @@
 // specialised for the irrep dimensions 1, 3, 5, 7 (a generic kernel covers the rest).
 #include "channelwise_conv_cpu.h"
 
+#include "../common/gemm.h"
+
 #include <ATen/Parallel.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <omp.h>
@@ -343,7 +345,7 @@ struct WeightRows {
     for (int64_t q = q0; q < q1; ++q) std::memcpy(ht + (q - q0) * k, h + prm[q] * k, k * sizeof(T));
     if (form && n > 0) {
       at::Tensor w = w_tile.narrow(0, 0, n);
-      at::mm_out(w, h_tile.narrow(0, 0, n), src.basis);
+      gemm::mm_into(w, h_tile.narrow(0, 0, n), src.basis, false);
     }
   }
   // Row of the edge at CSR position q (edge id e) of the chunk starting at q0.
@@ -493,6 +495,9 @@ void edge_kernel(const std::vector<EdgeForm>& forms, const Weights& weights, con
   std::vector<at::Tensor> basis_sums(n_threads);  // per thread: sum over its edges of H^T gW
   std::vector<at::Tensor> x_sums(n_threads);      // per thread: its edges' sender gradients
   const at::TensorOptions options = forms[0].x.options();
+  // B^T for the chunks' dH = gW @ B^T, transposed once so that its rows are contiguous
+  const at::Tensor basis_t =
+      factored && g_weight ? weights.basis.t().contiguous() : at::Tensor();
 
   // Receiver order: H is built once per receiver (and cotangent) and reused by its edges.
 #pragma omp parallel num_threads(n_threads) if (threads)
@@ -566,14 +571,14 @@ void edge_kernel(const std::vector<EdgeForm>& forms, const Weights& weights, con
         }
         if (g_weight) {
           at::Tensor gh = gh_tile.narrow(0, 0, n);
-          at::mm_out(gh, gw, weights.basis.t());
+          gemm::mm_into(gh, gw, basis_t, false);
           const int64_t k = gh_tile.size(1);
           T* dst = g_weight->data_ptr<T>();
           const T* src = gh_tile.data_ptr<T>();
           for (int64_t q = q0; q < q1; ++q)
             std::memcpy(dst + prm[q] * k, src + (q - q0) * k, k * sizeof(T));
         }
-        if (g_basis) basis_sum.addmm_(rows.h_tile.narrow(0, 0, n).t(), gw);
+        if (g_basis) gemm::mm_into(basis_sum, rows.h_tile.narrow(0, 0, n).t(), gw, true);
       }
     }
     if (basis_sum.defined()) basis_sums[omp_get_thread_num()] = basis_sum;
