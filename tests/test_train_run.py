@@ -62,6 +62,8 @@ def test_outputs(full_run):
     assert prov["dtype"] == "float32" and prov["threads"] == 1
     assert "cpu-fused" in prov["kernel_backend"] and prov["packages"]["mace-torch"]
     assert prov["cpu_variant"] in {"generic", *isa.VARIANTS}  # the op libraries' build it ran
+    # the product the fused ops' tiles ran on: AVX-512 exactly where this CPU has it
+    assert prov["gemm"] == ("avx512" if "avx512f" in isa.cpu_flags() else "aten")
     epochs = (full_run / "epochs.csv").read_text().splitlines()
     assert len(epochs) == 3
     assert summary["epoch_time_s"] == pytest.approx(float(epochs[2].split(",")[1]))

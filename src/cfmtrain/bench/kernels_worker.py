@@ -323,14 +323,16 @@ def setup(config: dict) -> tuple[Step, dict]:
 
 def setup_matmul(config: dict) -> tuple[Step, dict]:
     """The machine's matmul peak: the product of two seeded n x n matrices (2 n^3 FLOPs) on the
-    library the fused ops' large products use for that dtype (kernels.dense: oneDNN for float32,
-    where it ran 2.4x MKL's sgemm on an AMD CPU; torch.matmul otherwise)."""
-    from cfmtrain.kernels.dense import onednn_mm, uses_onednn
+    fastest library the fused ops' products use for that dtype (kernels.dense: oneDNN for
+    float32, where it ran 2.4x MKL's sgemm on an AMD CPU and 1.4x the AVX-512 product of
+    kernels/common/gemm.h at 2048^2; torch.matmul otherwise)."""
+    from cfmtrain.kernels.dense import onednn_mm
 
     n = int(config["size"])
     gen = torch.Generator().manual_seed(0)
     a, b = (torch.randn(n, n, generator=gen).to(getattr(torch, config["dtype"])) for _ in "ab")
-    onednn = uses_onednn(a)
+    onednn = (a.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+              and torch.backends.mkldnn.enabled)
     library = "oneDNN matmul" if onednn else "torch.matmul"
 
     def step(record: bool = False) -> dict | None:

@@ -77,7 +77,17 @@ def provenance(run) -> dict:
             "kernel_backend": run.kernel_backend, "threads": torch.get_num_threads(),
             "dtype": run.cfg.model.dtype, "device": str(run.device),
             "launcher": run.env.source, "use_reduced_cg": run.cfg.model.use_reduced_cg,
-            "cpu_variant": isa.cpu_variant()}
+            "cpu_variant": isa.cpu_variant(), "gemm": gemm_backend()}
+
+
+def gemm_backend() -> str | None:
+    """Which product the fused ops' float32 tiles ran on ("avx512" or "aten",
+    cfmtrain.kernels.dense.gemm_backend), None where no fused op was loaded."""
+    if isa.loaded("cfmtrain._ops_dense_mm") is None:
+        return None
+    from cfmtrain.kernels.dense import gemm_backend as backend
+
+    return backend()
 
 
 def summarize(run, epochs: list[dict], test: dict, mean_batch: dict, host: dict) -> dict:
