@@ -52,7 +52,8 @@ def test_dense_mm_equals_float64_product(m, k, n, layout):
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_dense_mm_same_numbers_on_any_thread_count(threads):
-    """Rows or columns split over threads: each element is one thread's sum, in one order."""
+    """Rows or columns split over threads: each element is one thread's sum, in one order (on
+    the AVX-512 product)."""
     gen = torch.Generator().manual_seed(3)
     wide = torch.randn(40, 700, generator=gen), torch.randn(700, 300, generator=gen)
     tall = torch.randn(500, 64, generator=gen), torch.randn(64, 100, generator=gen)
@@ -65,7 +66,10 @@ def test_dense_mm_same_numbers_on_any_thread_count(threads):
     finally:
         torch.set_num_threads(before)
     for x, y in zip(ones, many, strict=True):
-        assert torch.equal(x, y)
+        if gemm_backend() == "avx512":
+            assert torch.equal(x, y)
+        else:  # at::mm's: MKL may split the sums differently
+            assert rel_err(x, y) < 1e-6
 
 
 def test_dense_mm_rejects_bad_operands():
