@@ -1,7 +1,7 @@
-// cfmtrain::dense_mm(a, b) = a @ b for the fused ops' large float32 products (the conv's formed
-// weight rows and deferred contractions, the radial MLP's layers, the fused linear), on the
-// AVX-512 product of common/gemm.h where the CPU runs it, split over torch's threads; elsewhere,
-// and for float64, at::mm. Python (cfmtrain/kernels/dense.py) holds the autograd around it.
+// cfmtrain::dense_mm(a, b) = a @ b for the fused ops' float32 products under 1 GFLOP (the radial
+// MLP's layers, the fused linear, small deferred contractions; cfmtrain/kernels/dense.py sends
+// larger ones to oneDNN), on the AVX-512 product of common/gemm.h where the CPU runs it, split
+// over torch's threads; elsewhere, and for float64, at::mm. Python holds the autograd around it.
 #include <torch/library.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

@@ -5,9 +5,9 @@
 // output, SiLU's input and output), and MKL runs the tall [edges x 64] @ [64 x 64] products at a
 // fraction of its peak. Here each thread takes chunks of kRows edges and runs the whole net on
 // them: the matmuls on [kRows x 64] tiles (common/gemm.h), SiLU in place; asked to, it also
-// writes each layer's pre-activations z for the backward. The backward goes back through the layers chunk by chunk:
-// d z = g * silu'(z), d a = d z @ W^T, and, when asked, d W += silu(z_prev)^T @ d z (per-thread
-// sums).
+// writes each layer's pre-activations z for the backward. The backward goes back through the
+// layers chunk by chunk: d z = g * silu'(z), d a = d z @ W^T, and, when asked,
+// d W += silu(z_prev)^T @ d z (per-thread sums).
 // Python (cfmtrain/kernels/radial.py) holds the autograd around it (first order; a backward that
 // builds a graph uses torch's ops).
 #include <torch/library.h>
