@@ -138,14 +138,19 @@ def test_a_cell_reports_its_first_uncontended_repeats_and_lists_the_replaced():
 
 
 def remeasure_cell(tmp_path, monkeypatch, cpus: list[float], remeasure: int = 2,
-                   stop: bool = False) -> tuple[int, list[list[str]]]:
+                   stop: bool = False, seconds: float | None = None,
+                   repeat_s: float = 10.0) -> tuple[int, list[list[str]]]:
     """`cfmtrain cell --repeats 3` with a launch that writes repeat k's summary with compute
-    CPU time cpus[k - 1] (epoch time the same); (its exit code, the launches' repeat args)."""
+    CPU time cpus[k - 1] (epoch time the same) and takes `repeat_s` per repeat on the cell's
+    clock; (its exit code, the launches' repeat args)."""
     launches = []
+    clock = [0.0]
+    monkeypatch.setattr(repeats.time, "monotonic", lambda: clock[0])
 
     def fake_launch(argv):
         count, first = int(argv[argv.index("--repeats") + 1]), int(argv[-1])
         launches.append(argv[-4:])
+        clock[0] += count * repeat_s
         for k in range(first, first + count):
             rep = tmp_path / f"rep{k}"
             rep.mkdir(parents=True)
@@ -158,8 +163,9 @@ def remeasure_cell(tmp_path, monkeypatch, cpus: list[float], remeasure: int = 2,
     monkeypatch.setattr(repeats, "launch_repeats", fake_launch)
     parser = argparse.ArgumentParser()
     repeats.add_arguments(parser)
-    args = parser.parse_args(["--repeats", "3", "--remeasure", str(remeasure), "--ranks", "1",
-                              "--", "train", "--output", str(tmp_path)])
+    limit = [] if seconds is None else ["--remeasure-seconds", str(seconds)]
+    args = parser.parse_args(["--repeats", "3", "--remeasure", str(remeasure), *limit,
+                              "--ranks", "1", "--", "train", "--output", str(tmp_path)])
     handler = signal.getsignal(signal.SIGTERM)
     try:
         return repeats.run(args), launches
@@ -188,6 +194,41 @@ def test_the_cell_re_measures_contended_repeats_within_its_budget(tmp_path, monk
         assert code == 0 and len(launches) == 1
         cell = json.loads((tmp_path / folder / "summary.json").read_text())
         assert cell["repeats_used"] == [1, 2, 3] and cell["contended"] is True
+
+
+def test_re_measures_after_the_first_round_only_while_they_fit_in_the_time_limit(
+        tmp_path, monkeypatch):
+    cpus = [8.0, 10.0, 10.0, 10.0, 10.0, 8.1, 8.0, 8.2]  # two slow, then two more slow
+    # 10 s a repeat: the first round (2) fits in 25 s, a second (20 s + 10) does not
+    code, launches = remeasure_cell(tmp_path / "a", monkeypatch, cpus, remeasure=5, seconds=25)
+    assert code == 0 and [a[1] for a in launches] == ["3", "2"]
+    cell = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert cell["remeasured"] == 2 and cell["contended"] is True
+    assert cell["remeasure_time_s"] == 20.0
+    # 45 s: a second round of two fits (20 + 2 x 10) and finds two undisturbed runs
+    code, launches = remeasure_cell(tmp_path / "b", monkeypatch, cpus, remeasure=5, seconds=45)
+    assert code == 0 and [a[1] for a in launches] == ["3", "2", "2"]
+    cell = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert cell["repeats_used"] == [1, 6, 7] and cell["contended"] is False
+    # 35 s: the second round shrinks to the one that fits
+    code, launches = remeasure_cell(tmp_path / "c", monkeypatch, cpus, remeasure=5, seconds=35)
+    assert [a[1] for a in launches] == ["3", "2", "1"]
+    # a repeat longer than the limit: the first re-measure still runs, alone, and no other
+    code, launches = remeasure_cell(tmp_path / "d", monkeypatch, cpus, remeasure=5, seconds=25,
+                                    repeat_s=40.0)
+    assert [a[1] for a in launches] == ["3", "1"]
+    # the count limit holds within the time limit
+    code, launches = remeasure_cell(tmp_path / "e", monkeypatch, cpus, remeasure=3,
+                                    seconds=1000)
+    assert [a[1] for a in launches] == ["3", "2", "1"]
+
+
+@pytest.mark.parametrize(("missing", "budget", "spent", "seconds", "count"), [
+    (2, 4, 0.0, math.inf, 2), (2, 1, 0.0, math.inf, 1), (0, 4, 0.0, 60.0, 0),
+    (3, 4, 0.0, 60.0, 3), (3, 4, 0.0, 25.0, 2), (3, 4, 0.0, 5.0, 1), (3, 4, 50.0, 60.0, 1),
+    (3, 4, 55.0, 60.0, 0), (2, 0, 0.0, 60.0, 0)])
+def test_remeasure_count(missing, budget, spent, seconds, count):
+    assert repeats.remeasure_count(missing, budget, spent, 10.0, seconds) == count
 
 
 def test_even_count_median_and_an_undisturbed_cell():
@@ -238,6 +279,9 @@ def test_the_command_must_be_train_with_an_output(tmp_path):
         repeats.cell_command(["train", "--output", str(tmp_path), "--first-repeat", "2"], 2)
     with pytest.raises(ValueError, match="--remeasure must be at least 0"):
         repeats.cell_command(["train", "--output", str(tmp_path)], 2, remeasure=-1)
+    for bad in (-1.0, math.nan):
+        with pytest.raises(ValueError, match="--remeasure-seconds must be at least 0"):
+            repeats.cell_command(["train", "--output", str(tmp_path)], 2, 1, bad)
     assert repeats.cell_command(["train", "--output", str(tmp_path), "--x"], 2) == tmp_path
     assert train_cli.repeat_outputs(tmp_path, None) == [tmp_path]
     assert train_cli.repeat_outputs(tmp_path, 2) == [tmp_path / "rep1", tmp_path / "rep2"]

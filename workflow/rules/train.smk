@@ -26,6 +26,7 @@ rule train_cell:
         folder=lambda wildcards, output: os.path.dirname(output[0]),
         repeats=TRAIN["repeats"],
         remeasure=TRAIN["remeasure"],
+        remeasure_seconds=TRAIN["remeasure_seconds"],
         max_ratio=TRAIN["contention"]["max_wall_cpu_ratio"],
         max_steal=TRAIN["contention"]["max_steal_fraction"],
         max_probe=TRAIN["contention"]["max_probe_slowdown"],
@@ -50,6 +51,7 @@ rule train_cell:
         "../../envs/cfmtrain.yaml"
     shell:
         "python -m cfmtrain cell --repeats {params.repeats:q} --remeasure {params.remeasure:q}"
+        " --remeasure-seconds {params.remeasure_seconds:q}"
         " --max-wall-cpu-ratio {params.max_ratio:q}"
         " --max-steal-fraction {params.max_steal:q} --max-probe-slowdown {params.max_probe:q}"
         " --max-cpu-slowdown {params.max_cpu:q}"

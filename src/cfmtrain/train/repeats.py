@@ -5,7 +5,8 @@ each of interpreter, torch and mace-torch imports saved). A repeat whose own mea
 host disturbed it (train.contention: compute wall/CPU, steal, CPU time on identical work; the
 speed probe, a sample of the host at its ends, flags but does not re-measure) is re-measured:
 up to --remeasure more repeats (CELL/rep<N+1> ...), one launch per round, until N undisturbed
-ones are there. CELL/summary.json then holds the
+ones are there, and after the first round only while they fit in --remeasure-seconds (a cheap
+cell gets several chances, an expensive one one). CELL/summary.json then holds the
 median epoch time over the N repeats it uses with their min and max, every repeat's contention
 measures and verdict (the replaced ones too, `used` false), and the rest of the median
 repeat's summary, whose outputs (final.model, steps.csv, epochs.csv, test_mae.csv,
@@ -68,11 +69,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "wall/CPU, steal, CPU time; not the speed probe), so that the cell "
                              "reports --repeats undisturbed ones if the host allows "
                              "(default 1; 0: report the first --repeats whatever their flags)")
+    parser.add_argument("--remeasure-seconds", type=float, default=math.inf,
+                        help="and only while they fit in this many seconds: the first "
+                             "re-measure always runs, a later one only if the re-measures so "
+                             "far and it (timed as the cell's repeats so far, start-up "
+                             "included) take no longer (default: no time limit)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- followed by the `cfmtrain train` arguments, with --output")
 
 
-def cell_command(command: list[str], repeats: int, remeasure: int = 0) -> Path:
+def cell_command(command: list[str], repeats: int, remeasure: int = 0,
+                 remeasure_seconds: float = math.inf) -> Path:
     """The cell folder of the `train` command (checked: `cfmtrain cell` adds `--repeats`)."""
     if command[:1] != ["train"] or "--output" not in command[:-1]:
         raise ValueError("give the `train` command with its --output after `--`, e.g. "
@@ -83,7 +90,22 @@ def cell_command(command: list[str], repeats: int, remeasure: int = 0) -> Path:
         raise ValueError(f"--repeats must be at least 1, got {repeats}")
     if remeasure < 0:
         raise ValueError(f"--remeasure must be at least 0, got {remeasure}")
+    if not remeasure_seconds >= 0:
+        raise ValueError(f"--remeasure-seconds must be at least 0, got {remeasure_seconds}")
     return Path(command[command.index("--output") + 1])
+
+
+def remeasure_count(missing: int, budget: int, spent_s: float, per_repeat_s: float,
+                    seconds: float) -> int:
+    """How many repeats the next re-measure round runs (0: none): the `missing` undisturbed
+    ones, at most `budget` (the re-measures left of --remeasure) and, once re-measures took
+    `spent_s`, only as many as fit in `seconds` at `per_repeat_s` each; the first round always
+    runs one (a cell whose repeat alone exceeds the budget gets one chance, not none)."""
+    count = min(missing, budget)
+    if count <= 0:
+        return 0
+    fit = int((seconds - spent_s) // per_repeat_s) if math.isfinite(seconds) else count
+    return min(count, max(fit, 1 if spent_s == 0 else 0))
 
 
 def _number(value) -> float:
@@ -216,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         limits = contention.Thresholds(args.max_wall_cpu_ratio, args.max_steal_fraction,
                                        args.max_probe_slowdown, args.max_cpu_slowdown)
-        folder = cell_command(command, args.repeats, args.remeasure)
+        folder = cell_command(command, args.repeats, args.remeasure, args.remeasure_seconds)
     except ValueError as err:
         raise SystemExit(f"cfmtrain cell: {err}") from None
     from cfmtrain.train.checkpoint import CHECKPOINT, PREVIOUS  # (torch: only once checked)
@@ -231,8 +253,13 @@ def run(args: argparse.Namespace) -> int:
           flush=True)
     summaries: list[dict] = []
     budget, count = args.remeasure, args.repeats
+    elapsed = spent = 0.0  # seconds of every launch so far, of the re-measures among them
     while True:
+        started = time.monotonic()
         code, stopped = train_repeats(launch, command, folder, summaries, count)
+        took = time.monotonic() - started
+        elapsed += took
+        spent += took if len(summaries) > args.repeats else 0.0
         if code:
             return code
         if stopped:  # a SIGTERM after complete repeats: no re-measure, the cell as it stands
@@ -242,13 +269,16 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             print(f"cfmtrain cell: {folder}: {err}", file=sys.stderr)
             return 1
-        count = min(budget, args.repeats - sum(not r["remeasure"] for r in cell["repeats"]))
+        missing = args.repeats - sum(not r["remeasure"] for r in cell["repeats"])
+        count = remeasure_count(missing, budget, spent, elapsed / len(summaries),
+                                args.remeasure_seconds)
         if count <= 0:
             break
         budget -= count
         flagged = [r["repeat"] for r in cell["repeats"] if r["remeasure"]]
         print(f"cfmtrain cell: repeats {flagged} disturbed; re-measuring {count} more "
               f"(rep{len(summaries) + 1}...)", file=sys.stderr, flush=True)
+    cell["remeasure_time_s"] = spent
     publish(folder / f"rep{middle + 1}", folder)
     write_json(folder / "summary.json", cell)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # complete: a late stop must not fail it
