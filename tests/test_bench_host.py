@@ -21,7 +21,8 @@ def test_spread_is_max_minus_min_over_the_median():
 
 def bench_host(tmp_path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cfmtrain", "bench", "host", "--probes", "3",
-                           "--pause", "0", "--calls", "20", "--size", "64", "--output",
+                           "--pause", "0", "--calls", "20", "--size", "64", "--gathers", "5",
+                           "--rows", "4096", "--output",
                            str(tmp_path / "host.csv"), *extra],
                           capture_output=True, text=True, timeout=300)
 
@@ -31,7 +32,9 @@ def test_the_command_writes_its_probes_and_judges_the_spread(tmp_path):
     assert result.returncode == 0, result.stderr
     rows = pd.read_csv(tmp_path / "host.csv")
     assert rows.probe.tolist() == [0, 1, 2] and (rows.wall_s > 0).all()
-    assert rows.gflop_s.tolist() == pytest.approx((2 * 64**3 * 20 / rows.wall_s / 1e9).tolist())
+    assert rows.gflop_s.tolist() == pytest.approx((2 * 64**3 * 20 / rows.matmul_s / 1e9).tolist())
+    assert rows.wall_s.tolist() == pytest.approx((rows.matmul_s + rows.gather_s).tolist())
+    assert (rows.gather_s > 0).all() and (rows.cpu_s > 0).all()
     assert (rows.start_s.diff().dropna() > 0).all() and (rows.steal_s >= 0).all()
     assert "host steady" in result.stdout
     # three timings of real work are never exactly equal: a zero limit calls any host unsteady
@@ -42,4 +45,6 @@ def test_the_command_writes_its_probes_and_judges_the_spread(tmp_path):
 def test_bad_arguments_are_refused(tmp_path):
     result = bench_host(tmp_path, "--probes", "1")
     assert result.returncode != 0 and "--probes must be >= 2" in result.stderr
+    result = bench_host(tmp_path, "--gathers", "0")
+    assert result.returncode != 0 and "--gathers and --rows >= 1" in result.stderr
     assert not (tmp_path / "host.csv").exists()

@@ -1,11 +1,15 @@
 """Was a run's timing disturbed by other processes? The host's load average and steal time at
 the start and end of training, the ranks' compute wall time against their CPU time, a speed
-probe (fixed matmul work) on every rank at the start and end, and the verdict against
-configurable thresholds.
+probe (fixed matmul and gather work) on every rank at the start and end, and the verdict
+against configurable thresholds.
 
 The probe catches what the other two cannot: a busy neighbour on the same physical cores slows
 a thread that still runs all the time (no waiting, no steal). Its time is judged against the
 fastest probe of the same cell (`probe_slowdown`), so a uniformly slower machine is no flag.
+Its gathers catch the neighbour that thrashes the shared cache or memory: on the host of
+2026-12-02 (w), over 150 rounds, tiny-model training steps ran 25-50% slow in 63 of them, the
+matmuls alone (the probe until then) were 25% slow in 3, the gathers in 54 (correlation with
+the steps' CPU time 0.45 against 0.79; README Stage 5-6).
 
 The CPU time is the training thread's own (`time.thread_time`): forward and backward run on it
 (autograd runs CPU work on the calling thread), so with one torch thread per rank it equals the
@@ -48,22 +52,46 @@ def host_sample(loadavg: Path = PROC_LOADAVG, stat: Path = PROC_STAT) -> dict[st
 
 
 PROBE_CALLS, PROBE_SIZE = 500, 256  # ~0.1-0.2 s of float32 matmuls on one core
+PROBE_GATHERS, PROBE_ROWS = 40, 1 << 15  # ~0.08 s of random row gathers from a 16 MB table
+PROBE_WIDTH = 128  # float32 per gathered row
 
 
-def speed_probe(calls: int = PROBE_CALLS, size: int = PROBE_SIZE) -> tuple[float, float]:
-    """(wall, thread CPU) seconds of a fixed piece of compute: `calls` matmuls of seeded
-    `size` x `size` float32 matrices on this process's torch threads."""
+def probe_parts(calls: int = PROBE_CALLS, size: int = PROBE_SIZE, gathers: int = PROBE_GATHERS,
+                rows: int = PROBE_ROWS) -> dict[str, float]:
+    """Wall seconds of the two parts of the speed probe and the thread CPU seconds of both, on
+    this process's torch threads: `calls` matmuls of seeded `size` x `size` float32 matrices
+    (compute: they fit in the core's own cache), then `gathers` gathers of `rows` random rows
+    from a seeded table of as many 128-float32 rows, each scaled in place (memory: a neighbour
+    that thrashes the shared cache or the memory bus slows these, and the training steps'
+    gathers with them, while the matmuls hardly move)."""
     import time
 
     import torch
 
     gen = torch.Generator().manual_seed(0)
     a, b = (torch.randn(size, size, generator=gen) for _ in range(2))
+    table = torch.randn(rows, PROBE_WIDTH, generator=gen)
+    index = torch.randint(rows, (rows,), generator=gen)
+    out = torch.empty(rows, PROBE_WIDTH)
     a @ b  # first-call costs outside the timing
-    start, cpu = time.perf_counter(), time.thread_time()
+    torch.index_select(table, 0, index, out=out)
+    cpu = time.thread_time()
+    start = time.perf_counter()
     for _ in range(calls):
         a @ b
-    return time.perf_counter() - start, time.thread_time() - cpu
+    middle = time.perf_counter()
+    for _ in range(gathers):
+        torch.index_select(table, 0, index, out=out).mul_(1.0001)
+    end = time.perf_counter()
+    return {"matmul_s": middle - start, "gather_s": end - middle,
+            "cpu_s": time.thread_time() - cpu}
+
+
+def speed_probe(calls: int = PROBE_CALLS, size: int = PROBE_SIZE, gathers: int = PROBE_GATHERS,
+                rows: int = PROBE_ROWS) -> tuple[float, float]:
+    """(wall, thread CPU) seconds of the probe's fixed work (`probe_parts`, both parts)."""
+    parts = probe_parts(calls, size, gathers, rows)
+    return parts["matmul_s"] + parts["gather_s"], parts["cpu_s"]
 
 
 def slowdowns(samples: list[list[float]]) -> list[float]:

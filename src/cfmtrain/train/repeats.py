@@ -57,9 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a repeat during which the hypervisor stole more than this share "
                              f"of the CPU time is contended (default {limits.max_steal_fraction})")
     parser.add_argument("--max-probe-slowdown", type=float, default=limits.max_probe_slowdown,
-                        help="a repeat whose speed probe (fixed matmul work at its start and "
-                             "end) ran slower than the cell's fastest by more than this share "
-                             f"is contended (default {limits.max_probe_slowdown})")
+                        help="a repeat whose speed probe (fixed matmul and gather work at its "
+                             "start and end) ran slower than the cell's fastest by more than "
+                             f"this share is contended (default {limits.max_probe_slowdown})")
     parser.add_argument("--max-cpu-slowdown", type=float, default=limits.max_cpu_slowdown,
                         help="a repeat whose compute CPU time exceeds the cell's least (the "
                              "repeats do identical work) by more than this share is contended "
