@@ -104,7 +104,8 @@ def remeasure_count(missing: int, budget: int, spent_s: float, per_repeat_s: flo
     count = min(missing, budget)
     if count <= 0:
         return 0
-    fit = int((seconds - spent_s) // per_repeat_s) if math.isfinite(seconds) else count
+    timed = math.isfinite(seconds) and per_repeat_s > 0
+    fit = int((seconds - spent_s) // per_repeat_s) if timed else count
     return min(count, max(fit, 1 if spent_s == 0 else 0))
 
 
@@ -259,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
         code, stopped = train_repeats(launch, command, folder, summaries, count)
         took = time.monotonic() - started
         elapsed += took
-        spent += took if len(summaries) > args.repeats else 0.0
+        if len(summaries) > args.repeats:  # a re-measure round
+            spent += took
         if code:
             return code
         if stopped:  # a SIGTERM after complete repeats: no re-measure, the cell as it stands
