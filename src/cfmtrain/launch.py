@@ -172,10 +172,10 @@ def summary_written(folder: Path, since: float) -> Path | None:
         return None
 
 
-def run_torchrun(argv: list[str], env: dict[str, str], command: list[str]) -> int:
-    """Run torchrun as a child, passing a SIGTERM on; its exit code, or 0 if the stop came
-    after the run was complete."""
-    since, stopped = time.time(), []
+def run_child(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, bool]:
+    """Run `argv` as a child, passing a SIGTERM on; (exit code, 128 + N after signal N, and
+    whether a SIGTERM came)."""
+    stopped: list[int] = []
     proc = subprocess.Popen(argv, env=env)
 
     def forward(signum: int, frame: object) -> None:
@@ -187,11 +187,19 @@ def run_torchrun(argv: list[str], env: dict[str, str], command: list[str]) -> in
         code = proc.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
+    return (128 - code if code < 0 else code), bool(stopped)
+
+
+def run_torchrun(argv: list[str], env: dict[str, str], command: list[str]) -> int:
+    """Run torchrun as a child, passing a SIGTERM on; its exit code, or 0 if the stop came
+    after the run was complete."""
+    since = time.time()
+    code, stopped = run_child(argv, env)
     if code and stopped and (summary := completed_run(command, since)):
         print(f"cfmtrain launch: stopped after the run was complete ({summary} written): exit 0",
               file=sys.stderr, flush=True)
         return 0
-    return 128 - code if code < 0 else code
+    return code
 
 
 def run(args: argparse.Namespace) -> int:

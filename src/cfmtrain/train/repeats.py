@@ -26,7 +26,6 @@ import json
 import math
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from cfmtrain.atomic import atomic_path
-from cfmtrain.launch import summary_written
+from cfmtrain.launch import run_child, summary_written
 from cfmtrain.train import contention
 
 # A repeat's outputs that the cell's folder keeps at its top level (readers of a cell use them).
@@ -214,19 +213,7 @@ def read_summary(path: Path) -> dict:
 
 def launch_repeats(argv: list[str]) -> tuple[int, bool]:
     """Run `cfmtrain launch` as a child, passing a SIGTERM on; (exit code, SIGTERM seen)."""
-    stopped: list[int] = []
-    proc = subprocess.Popen(argv)
-
-    def forward(signum: int, frame: object) -> None:
-        stopped.append(signum)
-        proc.send_signal(signal.SIGTERM)
-
-    previous = signal.signal(signal.SIGTERM, forward)
-    try:
-        code = proc.wait()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return (128 - code if code < 0 else code), bool(stopped)
+    return run_child(argv)
 
 
 def run(args: argparse.Namespace) -> int:
