@@ -47,15 +47,24 @@ def _time_axis(values: pd.Series) -> tuple[float, str]:
     return (60.0, "min") if values.max() > 600 else (1.0, "s")
 
 
-def draw_strong_scaling(table: pd.DataFrame, output: str | Path, title: str) -> list[Path]:
-    """Fig 7: per-epoch time against ranks, one line per variant, ideal scaling dotted."""
+def _epoch_time_lines(table: pd.DataFrame):
+    """A figure with each variant's per-epoch time against ranks, with its spread; (fig, ax,
+    the mid and high columns, the time unit's divisor and name, the variants' rows)."""
     (mid, low, high), simulated = _columns(table)
     div, unit = _time_axis(table[high])
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    lines = {}
     for variant in ordered(table.variant):
-        rows = table[table.variant == variant].sort_values("ranks")
+        rows = lines[variant] = table[table.variant == variant].sort_values("ranks")
         _spread(ax, rows.ranks, rows[mid] / div, rows[low] / div, rows[high] / div, variant,
                 simulated)
+    return fig, ax, mid, high, div, unit, lines
+
+
+def draw_strong_scaling(table: pd.DataFrame, output: str | Path, title: str) -> list[Path]:
+    """Fig 7: per-epoch time against ranks, one line per variant, ideal scaling dotted."""
+    fig, ax, mid, _, div, unit, lines = _epoch_time_lines(table)
+    for variant, rows in lines.items():
         first = rows.iloc[0]
         ideal = first[mid] * first.ranks / rows.ranks / div
         ax.plot(rows.ranks, ideal, ":", color=color(variant), alpha=0.6)
@@ -96,13 +105,7 @@ def draw_speedup(table: pd.DataFrame, output: str | Path, title: str) -> list[Pa
 
 def draw_weak_scaling(table: pd.DataFrame, output: str | Path, title: str) -> list[Path]:
     """Fig 10: per-epoch time as data set size and ranks grow together, one line per variant."""
-    (mid, low, high), simulated = _columns(table)
-    div, unit = _time_axis(table[high])
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for variant in ordered(table.variant):
-        rows = table[table.variant == variant].sort_values("ranks")
-        _spread(ax, rows.ranks, rows[mid] / div, rows[low] / div, rows[high] / div, variant,
-                simulated)
+    fig, ax, mid, high, div, unit, _ = _epoch_time_lines(table)
     for ranks, rows in table.groupby("ranks"):
         ax.annotate(", ".join(sorted(set(rows.dataset))), (ranks, rows[high].max() / div),
                     textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
