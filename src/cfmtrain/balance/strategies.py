@@ -110,16 +110,23 @@ def _csr(flat: np.ndarray, counts: np.ndarray, num_ranks: int) -> Plan:
     return Plan(np.asarray(flat, np.int64), offsets, num_ranks)
 
 
+def _fixed_count_batches(sizes: np.ndarray, capacity: float, num_ranks: int, seed: int | None,
+                         epoch: int, graphs_per_batch: int | None
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """DistributedSampler + BatchSampler's batches, step-major: (graph ids, graphs per batch)."""
+    batch = graphs_per_batch or matched_batch(sizes, capacity)
+    rng = epoch_rng(seed, epoch) if seed is not None else None
+    return _step_major(_distributed_indices(len(sizes), num_ranks, rng), batch)
+
+
 def fixed_count(sizes, capacity: float, num_ranks: int, *, seed: int | None = None,
                 epoch: int = 0, graphs_per_batch: int | None = None) -> Plan:
     """A fixed number of graphs per batch, sizes ignored (DistributedSampler + BatchSampler)."""
     sizes = as_sizes(sizes)
-    batch = graphs_per_batch or matched_batch(sizes, capacity)
-    rng = epoch_rng(seed, epoch) if seed is not None else None
     if not len(sizes):
         return _csr(np.zeros(0, np.int64), np.zeros(0, np.int64), num_ranks)
-    flat, counts = _step_major(_distributed_indices(len(sizes), num_ranks, rng), batch)
-    return _csr(flat, counts, num_ranks)
+    return _csr(*_fixed_count_batches(sizes, capacity, num_ranks, seed, epoch, graphs_per_batch),
+                num_ranks)
 
 
 def lpt(sizes, capacity: float, num_ranks: int, *, seed: int | None = None, epoch: int = 0,
@@ -127,11 +134,9 @@ def lpt(sizes, capacity: float, num_ranks: int, *, seed: int | None = None, epoc
     """fairchem BalancedBatchSampler: every step gathers the R fixed-count batches and splits
     their graphs over the ranks by longest-processing-time-first (largest to the lightest rank)."""
     sizes = as_sizes(sizes)
-    batch = graphs_per_batch or matched_batch(sizes, capacity)
-    rng = epoch_rng(seed, epoch) if seed is not None else None
     if not len(sizes):
         return _csr(np.zeros(0, np.int64), np.zeros(0, np.int64), num_ranks)
-    flat, counts = _step_major(_distributed_indices(len(sizes), num_ranks, rng), batch)
+    flat, counts = _fixed_count_batches(sizes, capacity, num_ranks, seed, epoch, graphs_per_batch)
     group_counts = counts.reshape(-1, num_ranks).sum(axis=1)
     group_offsets = np.concatenate([[0], np.cumsum(group_counts)]).astype(np.int64)
     fn, typed, _ = kernel("lpt_groups", sizes, 1)
