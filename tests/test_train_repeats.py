@@ -160,7 +160,7 @@ def remeasure_cell(tmp_path, monkeypatch, cpus: list[float], remeasure: int = 2,
                                                                      cpu=cpus[k - 1])))
         return 0, stop
 
-    monkeypatch.setattr(repeats, "launch_repeats", fake_launch)
+    monkeypatch.setattr(repeats, "run_child", fake_launch)
     parser = argparse.ArgumentParser()
     repeats.add_arguments(parser)
     limit = [] if seconds is None else ["--remeasure-seconds", str(seconds)]
@@ -425,7 +425,7 @@ def test_a_stop_after_a_complete_repeat_ends_the_cell_unless_it_was_the_last(
         assert argv[-4:] == ["--repeats", str(count), "--first-repeat", "1"]
         return 0, True
 
-    monkeypatch.setattr(repeats, "launch_repeats", fake_launch)
+    monkeypatch.setattr(repeats, "run_child", fake_launch)
     parser = argparse.ArgumentParser()
     repeats.add_arguments(parser)
     args = parser.parse_args(["--repeats", str(count), "--ranks", "1", "--", "train",

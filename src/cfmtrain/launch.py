@@ -173,7 +173,7 @@ def summary_written(folder: Path, since: float) -> Path | None:
 
 
 def run_child(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, bool]:
-    """Run `argv` as a child, passing a SIGTERM on; (exit code, 128 + N after signal N, and
+    """Run `argv` as a child, passing a SIGTERM on; (its exit code, 128 + N if signal N ended it;
     whether a SIGTERM came)."""
     stopped: list[int] = []
     proc = subprocess.Popen(argv, env=env)

@@ -47,7 +47,8 @@ def _time_axis(values: pd.Series) -> tuple[float, str]:
     return (60.0, "min") if values.max() > 600 else (1.0, "s")
 
 
-def _epoch_time_lines(table: pd.DataFrame):
+def _epoch_time_lines(table: pd.DataFrame) -> tuple[plt.Figure, plt.Axes, str, str, float, str,
+                                                    dict[str, pd.DataFrame]]:
     """A figure with each variant's per-epoch time against ranks, with its spread; (fig, ax,
     the mid and high columns, the time unit's divisor and name, the variants' rows)."""
     (mid, low, high), simulated = _columns(table)

@@ -211,11 +211,6 @@ def read_summary(path: Path) -> dict:
         raise ValueError(f"{path}: cannot read the repeat's summary ({err})") from None
 
 
-def launch_repeats(argv: list[str]) -> tuple[int, bool]:
-    """Run `cfmtrain launch` as a child, passing a SIGTERM on; (exit code, SIGTERM seen)."""
-    return run_child(argv)
-
-
 def run(args: argparse.Namespace) -> int:
     """Train the repeats (one launch), re-measure disturbed ones (one more launch per round,
     --remeasure repeats at most), then write the cell's outputs; the launch's exit code (143
@@ -286,8 +281,8 @@ def train_repeats(launch: list[str], command: list[str], folder: Path, summaries
     whether a SIGTERM came)."""
     first = len(summaries) + 1
     since = time.time()
-    code, stopped = launch_repeats([*launch, *command, "--repeats", str(count),
-                                    "--first-repeat", str(first)])
+    code, stopped = run_child([*launch, *command, "--repeats", str(count),
+                               "--first-repeat", str(first)])
     for k in range(first, first + count):
         rep = folder / f"rep{k}"
         done = None if code else summary_written(rep, since)
