@@ -8,9 +8,13 @@ passes a force-trained model takes. Folded, those constants scale the next layer
 weight instead, so each hidden layer is one matmul and one activation. The function is the same
 up to rounding. Unless the net is being trained (inference, MD) the SiLU hidden layers run as one
 compiled op over chunks of edges (kernels/radial_mlp.cpp), their activations kept in the cache.
+Each bond's two edges share their radial features, so the net runs on one edge per pair
+(kernels.edge_pairs): its interaction block hands it the edges by a forward pre-hook.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 from e3nn.math import normalize2mom
@@ -19,6 +23,7 @@ from e3nn.nn import FullyConnectedNet
 from cfmtrain.kernels.adopt import Adopting, swap_in, swap_out
 from cfmtrain.kernels.backend import load_ops
 from cfmtrain.kernels.dense import dense_matmul
+from cfmtrain.kernels.edge_pairs import EdgePairs, edge_pairs
 from cfmtrain.kernels.silu import silu
 
 load_ops("cfmtrain._ops_radial_mlp")
@@ -126,6 +131,30 @@ class FoldedRadialMLP(Adopting):
         return layer.weight * self.plan[-1][0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pairs = self._pairs(x)
+        if pairs is None:
+            return self._net(x)
+        return self._net(x.index_select(0, pairs.rep)).index_select(0, pairs.inverse)
+
+    def _pairs(self, x: torch.Tensor) -> EdgePairs | None:
+        """The pairs of the edges its block handed over (`_stash_edges`), if `x` is their radial
+        features."""
+        edges, self.__dict__["_edges"] = self.__dict__.get("_edges"), None
+        if edges is None or torch.compiler.is_compiling():
+            return None
+        edge_index, edge_attrs, edge_feats, irreps = edges
+        if edge_feats is not x or edge_index is None or edge_attrs is None:
+            return None
+        edges = (edge_index, edge_attrs, x)
+        for refs, version, pairs in _pairs_cache:
+            if (all(r() is t for r, t in zip(refs, edges, strict=True))
+                    and version == edge_index._version):
+                return pairs
+        pairs = edge_pairs(edge_index, edge_attrs, x.detach(), irreps)
+        _pairs_cache[:] = [(tuple(weakref.ref(t) for t in edges), edge_index._version, pairs)]
+        return pairs
+
+    def _net(self, x: torch.Tensor) -> torch.Tensor:
         layers = list(zip(self.children(), self.plan, strict=True))
         if self.factored:
             layers = layers[:-1]
@@ -157,6 +186,28 @@ class FoldedRadialMLP(Adopting):
         return super().restore()
 
 
+# The last pairing: (weak references to edge_index, edge_attrs, edge_feats), version, pairs. The
+# blocks of one forward share their edges, so each forward pairs them once.
+_pairs_cache: list = []
+
+
+def _stash_edges(block: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+    """Forward pre-hook of an interaction block: hands its edges (mace-torch passes them by
+    keyword; positions follow InteractionBlock.forward) to its FoldedRadialMLP."""
+    mlp = getattr(block, "conv_tp_weights", None)
+    if not isinstance(mlp, FoldedRadialMLP) or torch.compiler.is_compiling():
+        return
+    def get(name: str, position: int) -> torch.Tensor | None:
+        return kwargs.get(name, args[position] if len(args) > position else None)
+    irreps = getattr(block, "edge_attrs_irreps", None)
+    mlp.__dict__["_edges"] = (None if irreps is None else get("edge_index", 4),
+                              get("edge_attrs", 2), get("edge_feats", 3), irreps)
+
+
+def _hooked(block: torch.nn.Module) -> list[int]:
+    return [key for key, hook in block._forward_pre_hooks.items() if hook is _stash_edges]
+
+
 def _folded(fc: FullyConnectedNet, training: bool, factored: bool = False) -> FoldedRadialMLP:
     """Unpickles a FoldedRadialMLP (see its `__reduce__`)."""
     mlp = FoldedRadialMLP(fc, factored)
@@ -172,11 +223,21 @@ def fold_radial_mlps(model: torch.nn.Module) -> int:
     """Swap FoldedRadialMLP into every interaction block whose radial MLP is e3nn's
     FullyConnectedNet (other radial networks are left as they are), in place; returns how many
     are folded."""
-    return swap_in(_blocks(model), "conv_tp_weights", FoldedRadialMLP,
-                   lambda mlp: type(mlp) is FullyConnectedNet)
+    blocks = _blocks(model)
+    folded = swap_in(blocks, "conv_tp_weights", FoldedRadialMLP,
+                     lambda mlp: type(mlp) is FullyConnectedNet)
+    for block in blocks:
+        if isinstance(block.conv_tp_weights, FoldedRadialMLP) and not _hooked(block):
+            block.register_forward_pre_hook(_stash_edges, with_kwargs=True)
+    return folded
 
 
 def unfold_radial_mlps(model: torch.nn.Module) -> torch.nn.Module:
     """Put the original FullyConnectedNets back (the inverse of `fold_radial_mlps`), in place."""
-    swap_out(_blocks(model), "conv_tp_weights", FoldedRadialMLP)
+    blocks = _blocks(model)
+    swap_out(blocks, "conv_tp_weights", FoldedRadialMLP)
+    for block in blocks:  # the hook goes too: a plain model must not need cfmtrain to load
+        for key in _hooked(block):
+            del block._forward_pre_hooks[key]
+            block._forward_pre_hooks_with_kwargs.pop(key, None)
     return model
