@@ -6,8 +6,8 @@ function of |v| (and of both ends' elements, symmetrically), so both edges get t
 the MLP needs to run on one edge of each pair (half the rows), its output gathered back to all.
 
 Pairs are found from the block's inputs, never assumed: an edge's reverse has the opposite ends,
-spherical harmonics Y(-v) = (-1)^l Y(v) (the l = 1 columns pin the direction, so the periodic
-image is the right one), and the same radial features. Both are compared to a few units of the
+spherical harmonics' l = 1 columns negated (Y(-v) = -Y(v): the direction, so the periodic
+image is the right one) and the same radial features. Both are compared to a few units of the
 last place, not bit for bit: the neighbour list's shifts (a BLAS product per edge) can round the
 two edges' vectors differently. Any edge failing a check keeps its own row, so the result is
 right for any graph (a directed one simply gains nothing). The pairing is structural, not a
@@ -31,16 +31,15 @@ class EdgePairs(NamedTuple):
     inverse: torch.Tensor
 
 
-def _parity(irreps: o3.Irreps) -> tuple[torch.Tensor, slice | None]:
-    """Per column of the spherical harmonics, +1 for even l and -1 for odd (Y(-v) = p Y(v)); and
-    the columns of the first odd irrep (l = 1: the direction)."""
-    parity, direction, offset = [], None, 0
+def _direction(irreps: o3.Irreps) -> slice | None:
+    """The columns of the harmonics' first odd irrep (l = 1: the edge's direction, odd under
+    v -> -v), or None."""
+    offset = 0
     for mul, ir in irreps:
-        parity.append(torch.full((mul * ir.dim,), float(ir.p)))
-        if ir.p < 0 and direction is None:
-            direction = slice(offset, offset + ir.dim)
+        if ir.p < 0:
+            return slice(offset, offset + ir.dim)
         offset += mul * ir.dim
-    return torch.cat(parity), direction
+    return None
 
 
 # Directions (l = 1 harmonics, |y| <= sqrt(3)) are hashed on a grid of this step: far finer than
@@ -53,20 +52,21 @@ def edge_pairs(edge_index: torch.Tensor, edge_attrs: torch.Tensor, edge_feats: t
     """Pair each edge of `edge_index` [2, E] (sender, receiver) with its reverse, given the
     edges' spherical harmonics [E, attrs_irreps.dim] and radial features [E, F] (see the
     module's docstring); None when no edge pairs or the harmonics have no odd-l irrep."""
-    parity, direction = _parity(attrs_irreps)
+    direction = _direction(attrs_irreps)
     num_edges = edge_index.shape[1]
-    if num_edges < 2 or direction is None or parity.numel() != edge_attrs.shape[1]:
+    if num_edges < 2 or direction is None or attrs_irreps.dim != edge_attrs.shape[1]:
         return None
-    parity = parity.to(edge_attrs.device, edge_attrs.dtype)
     sender, receiver = edge_index[0].to(torch.int64), edge_index[1].to(torch.int64)
+    num_nodes = int(torch.maximum(sender.max(), receiver.max())) + 1
+    ends, reverse_ends = sender * num_nodes + receiver, receiver * num_nodes + sender
+    y = edge_attrs[:, direction]
     # A key both edges of a pair share: their unordered ends and their direction taken from the
     # lower end (for a self-image, the direction whose first non-zero component is positive).
-    grid = torch.round(edge_attrs[:, direction] * _GRID).to(torch.int64)
+    grid = torch.round(y * _GRID).to(torch.int64)
     first = grid.gather(1, (grid != 0).to(torch.int8).argmax(1, keepdim=True)).squeeze(1)
     flip = (sender > receiver) | ((sender == receiver) & (first < 0))
-    canon = torch.where(flip.unsqueeze(1), -grid, grid)
-    key = torch.minimum(sender, receiver) * 1_000_003 + torch.maximum(sender, receiver)
-    for column in canon.unbind(1):
+    key = torch.minimum(ends, reverse_ends)
+    for column in torch.where(flip.unsqueeze(1), -grid, grid).unbind(1):
         key = key * 1_000_033 + column  # wraps around: a hash, each pair checked below
     order = torch.argsort(key)
     k = key.index_select(0, order)
@@ -77,13 +77,15 @@ def edge_pairs(edge_index: torch.Tensor, edge_attrs: torch.Tensor, edge_feats: t
     starts[:-1] &= ~same[1:]
     i = starts.nonzero().flatten()
     a, b = order.index_select(0, i), order.index_select(0, i + 1)
-    tol = 64 * torch.finfo(edge_feats.dtype).eps
-    ok = ((sender.index_select(0, a) == receiver.index_select(0, b))
-          & (receiver.index_select(0, a) == sender.index_select(0, b))
-          & torch.isclose(edge_attrs.index_select(0, b), edge_attrs.index_select(0, a) * parity,
-                          rtol=tol, atol=tol).all(1)
-          & torch.isclose(edge_feats.index_select(0, a), edge_feats.index_select(0, b),
-                          rtol=tol, atol=tol).all(1))
+    # each candidate pair: opposite ends, opposite directions and the same radial features, to
+    # 64 units of the last place of the row's largest value
+    signature = torch.cat([y, edge_feats], 1)
+    reverse_signature = torch.cat([-y, edge_feats], 1)
+    sa = signature.index_select(0, a)
+    gap = (sa - reverse_signature.index_select(0, b)).abs().amax(1)
+    tol = 64 * torch.finfo(signature.dtype).eps
+    ok = (ends.index_select(0, a) == reverse_ends.index_select(0, b)) & (
+        gap <= tol * sa.abs().amax(1).clamp_min(1.0))
     a, b = a[ok], b[ok]
     if a.numel() == 0:
         return None
