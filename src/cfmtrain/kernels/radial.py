@@ -139,11 +139,11 @@ class FoldedRadialMLP(Adopting):
     def _pairs(self, x: torch.Tensor) -> EdgePairs | None:
         """The pairs of the edges its block handed over (`_stash_edges`), if `x` is their radial
         features."""
-        edges, self.__dict__["_edges"] = self.__dict__.get("_edges"), None
-        if edges is None or torch.compiler.is_compiling():
+        stashed, self.__dict__["_edges"] = self.__dict__.get("_edges"), None
+        if stashed is None or torch.compiler.is_compiling():
             return None
-        edge_index, edge_attrs, edge_feats, irreps = edges
-        if edge_feats is not x or edge_index is None or edge_attrs is None:
+        edge_index, edge_attrs, edge_feats, irreps = stashed
+        if edge_feats is not x or any(t is None for t in (edge_index, edge_attrs, irreps)):
             return None
         edges = (edge_index, edge_attrs, x)
         for refs, version, pairs in _pairs_cache:
@@ -199,12 +199,13 @@ def _stash_edges(block: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         return
     def get(name: str, position: int) -> torch.Tensor | None:
         return kwargs.get(name, args[position] if len(args) > position else None)
-    irreps = getattr(block, "edge_attrs_irreps", None)
-    mlp.__dict__["_edges"] = (None if irreps is None else get("edge_index", 4),
-                              get("edge_attrs", 2), get("edge_feats", 3), irreps)
+
+    mlp.__dict__["_edges"] = (get("edge_index", 4), get("edge_attrs", 2), get("edge_feats", 3),
+                              getattr(block, "edge_attrs_irreps", None))
 
 
 def _hooked(block: torch.nn.Module) -> list[int]:
+    """The keys of `_stash_edges` among the block's forward pre-hooks."""
     return [key for key, hook in block._forward_pre_hooks.items() if hook is _stash_edges]
 
 
