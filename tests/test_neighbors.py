@@ -88,3 +88,38 @@ def test_shift_beyond_int8_is_widened():
                          CUTOFF)
     assert graph.unit_shifts.dtype == np.int16 and abs(graph.unit_shifts).max() == 149
     assert graph.edge_index.shape[1] == 298 and graph.min_length == pytest.approx(0.03)
+
+
+@pytest.mark.parametrize("positions, pbc, cell", [
+    # a planar cluster 1500 A across: vesin's grid rescaling rounded its thin axis to zero cells
+    # and died of a floating-point exception (SIGFPE) inside the overlap check and the graph
+    ([[0, 0, 0], [1.1, 0, 0], [1500, 0, 0], [1500, 1500, 0.4], [750, 900, 0.2]], (0, 0, 0),
+     np.zeros((3, 3))),
+    # a wire periodic along x, 2000 A across the open axes
+    ([[0, 0, 0], [1.2, 0.5, 0], [0.3, 2000, 0], [1.0, 0, 2000]], (1, 0, 0),
+     np.diag([2.5, 0, 0])),
+    # a slab with a 900 x 3000 A open extent in its plane's normal and a far atom
+    ([[0, 0, 0], [1.5, 1.5, 0], [0, 0, 900], [1.0, 1.0, 3000]], (1, 1, 0),
+     np.diag([3.0, 3.0, 0])),
+])
+def test_structures_of_any_extent_match_ase(positions, pbc, cell):
+    atoms = Atoms(numbers=[6] * len(positions), positions=positions, cell=cell,
+                  pbc=[bool(p) for p in pbc])
+    assert check_against_ase(atoms) > 0
+
+
+def test_wide_structures_against_ase_fuzzed():
+    """Random open extents up to 3000 A, flat or not, any periodicity, two radii."""
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        extent = 10 ** rng.uniform(0, 3.5, 3)
+        if rng.random() < 0.5:
+            extent[rng.integers(3)] = rng.uniform(0, 2)
+        pbc = rng.random(3) < 0.3
+        cell = np.diag(np.where(pbc, rng.uniform(3, 300, 3), 0.0))  # ASE is slow on wider
+        positions = rng.random((int(rng.integers(2, 30)), 3)) * extent
+        atoms = Atoms(numbers=[1] * len(positions), positions=positions, cell=cell, pbc=pbc)
+        for radius in (2.0, CUTOFF):
+            graph = radius_graph(atoms.positions, atoms.cell.array, atoms.pbc, radius)
+            i, j, shifts = neighbor_list("ijS", atoms, radius)
+            assert edge_set(*graph.edge_index, graph.unit_shifts) == edge_set(i, j, shifts)

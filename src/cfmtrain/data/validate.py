@@ -16,8 +16,9 @@ from ase import Atoms
 from ase.stress import voigt_6_to_full_3x3_stress
 
 MIN_DISTANCE = 0.1  # Angstrom: closer atoms are an error
-# The overlap search runs vesin at this radius and keeps pairs below MIN_DISTANCE: vesin bins space
-# by its cutoff, and 0.1 A bins make it ~20-1000x slower (88 ms vs 4 ms for 768 atoms of water).
+# The overlap search runs vesin (cfmtrain.graphs.neighbors) at this radius and keeps pairs below
+# MIN_DISTANCE: vesin bins space by its cutoff, and 0.1 A bins make it ~20-1000x slower (88 ms
+# vs 4 ms for 768 atoms of water).
 OVERLAP_SEARCH_RADIUS = 2.0
 MIN_ABS_DET = 1e-6  # A^3 (A^2, A): a smaller volume (area, length) of the periodic vectors is
 # singular; a non-periodic vector is free (a slab with pbc T T F may have a zero c vector)
@@ -310,14 +311,15 @@ def check_frame(frame: RawFrame, check_overlap: bool = True,
 
 def _overlap(frame: RawFrame) -> Problem | None:
     """Atoms (or an atom and a periodic image) closer than MIN_DISTANCE."""
-    from vesin import NeighborList
+    from cfmtrain.graphs.neighbors import neighbor_pairs
 
     if len(frame.numbers) < 2 and not np.any(frame.pbc):
         return None
-    nl = NeighborList(cutoff=OVERLAP_SEARCH_RADIUS, full_list=False)
-    i, j, d = nl.compute(np.asarray(frame.positions, dtype=float),
-                         np.asarray(frame.cell, dtype=float),
-                         [bool(p) for p in frame.pbc], "ijd")
+    pairs, _, d = neighbor_pairs(np.ascontiguousarray(frame.positions, dtype=float),
+                                 np.asarray(frame.cell, dtype=float).reshape(3, 3),
+                                 np.asarray(frame.pbc, dtype=bool).reshape(3),
+                                 OVERLAP_SEARCH_RADIUS, full=False)
+    i, j = pairs[:, 0], pairs[:, 1]
     close = d < MIN_DISTANCE
     if not close.any():
         return None
