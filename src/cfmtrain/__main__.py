@@ -1,5 +1,5 @@
 """Entry point for `python -m cfmtrain`."""
 
-from cfmtrain.cli import main
+from cfmtrain.cli import entry
 
-raise SystemExit(main())
+raise SystemExit(entry())

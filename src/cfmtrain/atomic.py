@@ -10,6 +10,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from cfmtrain import crash
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
@@ -17,6 +19,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    crash.leftover(tmp)
     try:
         yield tmp
         os.replace(tmp, final)

@@ -1,16 +1,20 @@
 """The `cfmtrain` command line: one sub-command per pipeline stage.
 
 Each command lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`;
-modules are imported only when their command runs, so `cfmtrain --help` stays fast.
+modules are imported only when their command runs, so `cfmtrain --help` stays fast. `entry`
+(the `cfmtrain` script, `python -m cfmtrain`) runs the command in a supervised child process
+(cfmtrain.crash), so that a death by signal is explained; `main` runs it in this process.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
-from cfmtrain.malloc_env import malloc_env_missing, reexec_with_malloc_env
+from cfmtrain import crash
+from cfmtrain.malloc_env import MALLOC_ENV
 
 # command -> (module, help, needs the tuned allocator)
 COMMANDS: dict[str, tuple[str, str, bool]] = {
@@ -53,11 +57,20 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().parse_args(argv)  # prints usage or the error, exits
         return 2
     name, rest = argv[0], argv[1:]
-    module_name, help_text, heavy = COMMANDS[name]
-    if heavy and malloc_env_missing():
-        reexec_with_malloc_env(argv)
+    module_name, help_text, _ = COMMANDS[name]
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=f"cfmtrain {name}", description=help_text)
     module.add_arguments(parser)
     args = parser.parse_args(rest)
     return int(module.run(args) or 0)
+
+
+def entry() -> int:
+    """The `cfmtrain` script: supervise the command in a child process (cfmtrain.crash), with
+    the tuned allocator settings for the commands that need them; in that child, run it."""
+    argv = sys.argv[1:]
+    if crash.ENV in os.environ:  # the supervised child
+        crash.attach_child()
+        return main(argv)
+    heavy = bool(argv) and argv[0] in COMMANDS and COMMANDS[argv[0]][2]
+    return crash.supervise(argv, {**os.environ, **(MALLOC_ENV if heavy else {})})

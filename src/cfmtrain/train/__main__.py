@@ -3,7 +3,10 @@
 import argparse
 import sys
 
+from cfmtrain import crash
 from cfmtrain.train.cli import add_arguments, run
+
+crash.attach_child()  # a rank that dies in native code leaves its Python stack in the log
 
 parser = argparse.ArgumentParser(prog="cfmtrain train", description=__doc__)
 add_arguments(parser)
