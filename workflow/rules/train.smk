@@ -24,6 +24,7 @@ rule train_cell:
         graphs=train_graphs,
         settings=train_settings,
         folder=lambda wildcards, output: os.path.dirname(output[0]),
+        cutoff=config["cutoff"],
         repeats=TRAIN["repeats"],
         remeasure=TRAIN["remeasure"],
         remeasure_seconds=TRAIN["remeasure_seconds"],
@@ -58,7 +59,8 @@ rule train_cell:
         " --ranks {wildcards.ranks:q}"
         " --threads {resources.cpus_per_task:q} --srun-args={resources.srun_args:q} -- train --graphs {params.graphs:q}"
         " --split {input.split:q} --output {params.folder:q} --variant {wildcards.variant:q}"
-        " --dataset {wildcards.trainset:q} {params.settings} --resume auto > {log:q} 2>&1"
+        " --dataset {wildcards.trainset:q} --cutoff {params.cutoff:q} {params.settings}"
+        " --resume auto > {log:q} 2>&1"
 
 
 rule baseline_check:

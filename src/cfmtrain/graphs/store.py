@@ -25,6 +25,7 @@ import h5py
 import numpy as np
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.graphs import provenance
 from cfmtrain.graphs.neighbors import shift_dtype
 
 FORMAT_VERSION = 2  # 2: Fletcher-32 on every dataset, manifest, int8/int16/int32 shifts
@@ -261,6 +262,8 @@ class GraphStore:
         paths = list(path) if isinstance(path, (list, tuple)) else [path]
         self.path = Path(paths[0]) if len(paths) == 1 else tuple(map(Path, paths))
         self.files = [f for p in paths for f in shard_files(p)]
+        self.shard_ids: list[str] = []
+        self.origins: list[dict | None] = []  # per shard: its recorded provenance, if any
         names: list[str] = []
         atoms, edges, subsets = [], [], []
         self._atom_offsets, self._edge_offsets = [], []
@@ -270,6 +273,10 @@ class GraphStore:
                 table = read_table(file, f, check_edges)
                 self._check_cutoff(file, f)
                 local = json.loads(f.attrs["subset_names"])
+                origin = json.loads(f.attrs["provenance"]) if "provenance" in f.attrs else None
+                self.origins.append(origin)
+                self.shard_ids.append(origin["id"] if origin else provenance.table_id(
+                    table, f["energy"][:], self.cutoff))
             for n in local:
                 if n not in names:
                     names.append(n)
@@ -286,6 +293,32 @@ class GraphStore:
         self._starts = np.concatenate([[0], np.cumsum([len(a) for a in atoms])])
         self._handles: dict[int, h5py.File] = {}
         self._pid = os.getpid()
+        self._check_origins(paths)
+        self.fingerprint = provenance.fingerprint(self.shard_ids)
+
+    def _check_origins(self, paths: list) -> None:
+        """The shards of one folder come from one conversion of one data set: their recorded
+        data set and inputs agree (a shard copied in from elsewhere is refused, by name)."""
+        k = 0
+        for path in paths:
+            first = None
+            for file in shard_files(path):
+                origin = self.origins[k]
+                k += 1
+                if origin is None:
+                    continue
+                key = (origin["dataset"], origin["inputs_sha256"])
+                if first is None:
+                    first = (file, key)
+                elif key != first[1]:
+                    raise ShardError(file, f"built from data set {key[0]!r} (inputs "
+                                     f"{str(key[1])[:12]}), but {first[0].name} beside it from "
+                                     f"{first[1][0]!r} (inputs {str(first[1][1])[:12]}): a shard "
+                                     f"of another data set or conversion; {REBUILD}")
+
+    def datasets(self) -> list[str | None]:
+        """The data set each shard records (None for a shard written without provenance)."""
+        return [o["dataset"] if o else None for o in self.origins]
 
     def _check_cutoff(self, file: Path, f: h5py.File) -> None:
         if self.cutoff is not None and f.attrs["cutoff"] != self.cutoff:

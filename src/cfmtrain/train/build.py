@@ -5,13 +5,15 @@ mace-torch's parameter groups, LR scheduler, EMA and the batch sampler.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch_ema import ExponentialMovingAverage
 
-from cfmtrain.data.split import load_split
+from cfmtrain.data.split import check_split_for, read_split
+from cfmtrain.graphs.provenance import split_digest
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.train import model as model_mod
 from cfmtrain.train.capacity import Capacity
@@ -48,6 +50,7 @@ class Run:
     test_set: GraphDataset
     kernel_backend: str
     capacity: Capacity
+    data: dict = dataclasses.field(default_factory=dict)  # data_identity of store and split
     dataset: str = ""
     global_step: int = 0
     train_errors: ErrorSums = dataclasses.field(default_factory=ErrorSums)
@@ -59,10 +62,13 @@ class Run:
                            self.cfg.batch.pin_memory, self.env.cpus_per_task)
 
 
-def load_parts(store: GraphStore, split_path: Path, cfg: TrainConfig) -> dict[str, np.ndarray]:
-    """The shared split, with the training part cut to the nested `train_fraction` and the
-    validation and test parts to the nested `eval_fraction` (each subset kept in proportion)."""
-    parts = load_split(split_path)
+def load_parts(store: GraphStore, split_path: Path, cfg: TrainConfig,
+               main: bool = True) -> dict[str, np.ndarray]:
+    """The shared split (checked to be this store's), with the training part cut to the nested
+    `train_fraction` and the validation and test parts to the nested `eval_fraction` (each
+    subset kept in proportion). An empty validation or test part is said on the `main` rank."""
+    parts, meta = read_split(split_path)
+    check_split_for(split_path, meta, store.fingerprint)
     for name, idx in parts.items():
         if len(idx) and (idx.min() < 0 or idx.max() >= len(store)):
             raise ValueError(f"{split_path}: {name} indices out of range for the {len(store)} "
@@ -73,6 +79,9 @@ def load_parts(store: GraphStore, split_path: Path, cfg: TrainConfig) -> dict[st
     for name in ("valid", "test"):
         if len(parts[name]):
             parts[name] = nested_subset(parts[name], store.subsets, cfg.eval_fraction, cfg.seed)
+        elif main:
+            print(f"warning: {split_path} holds no {name} graphs (its {name} fraction is 0): "
+                  f"the {name} MAEs are not measured (null in summary.json)", file=sys.stderr)
     return parts
 
 
@@ -127,13 +136,28 @@ def make_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer):
     return torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=gamma)
 
 
+def data_identity(store: GraphStore, split_path: Path) -> dict[str, str]:
+    """What a run trains on, for checkpoints: the store's fingerprint and the split's."""
+    return {"store": store.fingerprint, "split": split_digest(read_split(split_path)[0])}
+
+
+def open_store(graphs: Path | list[Path], cutoff: float | None = None) -> GraphStore:
+    """The graph store, checked to be built at `cutoff` (the config's) when given."""
+    store = GraphStore(graphs)
+    if cutoff is not None and abs(store.cutoff - cutoff) > 1e-9:
+        raise ValueError(f"{store.path}: graphs built at cutoff {store.cutoff} A, the config "
+                         f"asks for {cutoff} A; rebuild the graphs (snakemake: the graphs target)")
+    return store
+
+
 def build_run(cfg: TrainConfig, graphs: Path | list[Path], split: Path, out: Path, env: DistEnv,
-              device: torch.device, stats: dict | None = None) -> Run:
+              device: torch.device, stats: dict | None = None,
+              cutoff: float | None = None) -> Run:
     """Build every part of a run on this rank (collectives inside: call on every rank)."""
     dtype = DTYPES[cfg.model.dtype]
     torch.set_default_dtype(dtype)
-    store = GraphStore(graphs)
-    parts = load_parts(store, split, cfg)
+    store = open_store(graphs, cutoff)
+    parts = load_parts(store, split, cfg, env.rank == 0)
     model, data_stats = make_model(cfg, store, parts, env, stats)
     model = model.to(dtype).to(device)
     backend = "e3nn (mace-torch)"
@@ -162,4 +186,4 @@ def build_run(cfg: TrainConfig, graphs: Path | list[Path], split: Path, out: Pat
                stats=data_stats, model=model, ddp=ddp, params=params, optimizer=optimizer,
                scheduler=make_scheduler(cfg, optimizer), ema=ema, sampler=sampler,
                train_set=sets["train"], valid_set=sets["valid"], test_set=sets["test"],
-               kernel_backend=backend, capacity=capacity)
+               kernel_backend=backend, capacity=capacity, data=data_identity(store, split))

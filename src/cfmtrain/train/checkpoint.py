@@ -40,6 +40,7 @@ def checkpoint_state(run, epoch: int, batches_done: int, partial: dict) -> dict:
         "global_step": run.global_step,
         "world_size": run.env.world_size,
         "config": to_dict(run.cfg),
+        "data": run.data,
         "stats": dataclasses.asdict(run.stats),
         "model": run.model.state_dict(),
         "optimizer": run.optimizer.state_dict(),

@@ -37,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "of an unfinished run with the same settings")
     parser.add_argument("--dataset", help="data set name recorded in summary.json "
                                           "(default: the graph folder's name)")
+    parser.add_argument("--cutoff", type=float, help="the cutoff (A) the graphs must have been "
+                        "built at (the workflow passes config `cutoff`; default: any)")
     parser.add_argument("--repeats", type=int, metavar="N",
                         help="train the run N times, each afresh (a fresh model, the same "
                              "seed), into OUTPUT/rep1 ... OUTPUT/repN; --resume applies to "
@@ -74,12 +76,19 @@ def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0)
     run's epochs, or its run is finished and complete (summary.json written) or exported
     (final.model written, summary.json removed by a forced rerun). A finished run stopped before
     its export is resumed: it only validates, exports and writes its outputs."""
+    from cfmtrain.train.build import data_identity, open_store
     from cfmtrain.train.checkpoint import load_checkpoint, load_latest
 
     if args.resume is None:
         return None
+    data = data_identity(open_store(args.graphs, args.cutoff), args.split)
     if args.resume != "auto":
-        return load_checkpoint(Path(args.resume))
+        state = load_checkpoint(Path(args.resume))
+        if state.get("data") != data:
+            raise ValueError(f"{args.resume}: trained on other data (its graphs or split differ "
+                             "from --graphs and --split): resuming it would mix data sets; "
+                             "start afresh without --resume")
+        return state
     found = load_latest(args.output, main=rank == 0)
     if found is None:
         return None
@@ -90,7 +99,10 @@ def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0)
     epoch, epochs = state["epoch"], wanted["epochs"]
     finished = epoch == epochs and state["batches_done"] == 0
     why = None
-    if changed:
+    if state.get("data") != data:
+        why = ("its training data changed (the graphs or the split differ from the "
+               "checkpoint's: new labels, structures, cutoff or split)")
+    elif changed:
         why = f"settings changed ({', '.join(changed)})"
     elif epoch > epochs or (epoch == epochs and not finished):
         why = f"it is past the run's {epochs} epochs"
@@ -143,6 +155,13 @@ def run(args: argparse.Namespace) -> int:
                                          last=k == len(outputs) - 1, stats=stats)
             if not complete or (k < len(outputs) - 1 and stop.agreed()):
                 break
+    except (ValueError, FileNotFoundError) as err:  # bad data or files: named, one line
+        if env.rank == 0:
+            print(f"cfmtrain train: {err}", file=sys.stderr, flush=True)
+        if env.world_size > 1:
+            _hard_exit(2)
+        distenv.destroy()
+        return 2
     except BaseException:
         if env.world_size > 1:
             traceback.print_exc()
@@ -160,8 +179,12 @@ def _settings(args: argparse.Namespace, overrides: list[str], rank: int) -> tupl
     """(the checkpoint to resume from or None, the run's config) for the run folder
     `args.output`; ConfigError, CheckpointError (a ValueError) or FileNotFoundError if
     unusable."""
+    from cfmtrain.train.model import check_model_config
+
     state = _resume_state(args, overrides, rank)
-    return state, load_config(args.config, overrides, base=state["config"] if state else None)
+    cfg = load_config(args.config, overrides, base=state["config"] if state else None)
+    check_model_config(cfg.model)
+    return state, cfg
 
 
 def _train_one(args: argparse.Namespace, output: Path, state: dict | None, cfg, env, device,
@@ -183,7 +206,7 @@ def _train_one(args: argparse.Namespace, output: Path, state: dict | None, cfg, 
         write_json(output / "config.json", to_dict(cfg))
     graphs = args.graphs[0] if len(args.graphs) == 1 else list(args.graphs)
     run_state = build_run(cfg, graphs, args.split, output, env, device,
-                          stats=state["stats"] if state else stats)
+                          stats=state["stats"] if state else stats, cutoff=args.cutoff)
     run_state.dataset = args.dataset or args.graphs[0].resolve().name
     return train(run_state, state, stop, last=last), dataclasses.asdict(run_state.stats)
 

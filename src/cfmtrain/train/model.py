@@ -20,7 +20,7 @@ from mace import modules
 from mace.tools import AtomicNumberTable
 
 from cfmtrain.graphs.store import GraphStore
-from cfmtrain.train.config import ModelConfig
+from cfmtrain.train.config import ConfigError, ModelConfig
 
 MAX_Z = 119
 
@@ -171,6 +171,10 @@ def compute_stats(store: GraphStore, train: np.ndarray, extra_zs: np.ndarray,
             given = ", ".join(chemical_symbols[z] for z in held)
             fitted = ", ".join(chemical_symbols[z] for z in free) or "none"
             method = f"fit ({fitted}) with given {given}"
+    if edges == 0:
+        raise ValueError(f"{store.path}: the training graphs have no edges at all: the cutoff "
+                         f"{store.cutoff} A is below every interatomic distance; build the graphs "
+                         "with a larger cutoff (config `cutoff`)")
     mean = (e_over_n - c_over_n @ e0) / graphs
     rms = float(np.sqrt(f2 / f_comps)) if f_comps else 1.0
     return DataStats(zs=[int(z) for z in zs], e0s=[float(e0[z]) for z in zs],
@@ -203,6 +207,27 @@ def store_elements(store: GraphStore, indices: np.ndarray) -> np.ndarray:
     for index in indices:
         seen[store[int(index)]["numbers"]] = True
     return np.flatnonzero(seen)
+
+
+def check_model_config(cfg: ModelConfig) -> None:
+    """ConfigError naming the key of a model setting the model cannot be built from, checked
+    by e3nn as the model reads it: irreps strings, scalar channels in the hidden irreps (MACE
+    counts its channels there), the spherical harmonics' order."""
+    irreps = {}
+    for key in ("hidden_irreps", "mlp_irreps"):
+        try:
+            irreps[key] = o3.Irreps(getattr(cfg, key))
+        except (ValueError, AssertionError, TypeError) as err:
+            raise ConfigError(f"config model.{key}: {getattr(cfg, key)!r} is not an irreps "
+                              f"string such as 16x0e+16x1o ({err})") from None
+    if irreps["hidden_irreps"].count(o3.Irrep(0, 1)) == 0:
+        raise ConfigError(f"config model.hidden_irreps: {cfg.hidden_irreps!r} has no scalar "
+                          "(0e) channels; MACE counts its channels there (e.g. 16x0e+16x1o)")
+    try:
+        o3.spherical_harmonics(cfg.max_ell, torch.zeros(1, 3), normalize=True)
+    except NotImplementedError as err:
+        raise ConfigError(f"config model.max_ell: {cfg.max_ell} is beyond the spherical "
+                          f"harmonics e3nn implements ({err})") from None
 
 
 def build_model(cfg: ModelConfig, stats: DataStats, r_max: float, seed: int) -> torch.nn.Module:

@@ -287,9 +287,12 @@ def train_repeats(launch: list[str], command: list[str], folder: Path, summaries
         rep = folder / f"rep{k}"
         done = None if code else summary_written(rep, since)
         if done is None:
+            then = ("running the cell again continues it from its checkpoint"
+                    if (rep / "checkpoint.pt").exists() else
+                    "it left no checkpoint: see the error above; running the cell again starts "
+                    "the repeat afresh")
             print(f"cfmtrain cell: repeat {k} ({rep}) did not finish (exit "
-                  f"{code}{', SIGTERM' if stopped else ''}); running the cell again continues it",
-                  file=sys.stderr, flush=True)
+                  f"{code}{', SIGTERM' if stopped else ''}); {then}", file=sys.stderr, flush=True)
             return code or (143 if stopped else 1), stopped
         summaries.append(read_summary(done))
     return 0, stopped
