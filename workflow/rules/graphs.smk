@@ -20,7 +20,8 @@ rule graph_shard:
         "../../envs/cfmtrain.yaml"
     shell:
         "python -m cfmtrain graphs --input {params.frames:q} --output {output.shard:q}"
-        " --report {output.report:q} --cutoff {params.cutoff:q} {params.skip} > {log:q} 2>&1"
+        " --report {output.report:q} --cutoff {params.cutoff:q} --dataset {wildcards.dataset:q}"
+        " {params.skip} > {log:q} 2>&1"
 
 
 rule split:

@@ -4,7 +4,10 @@ Frames are read by cfmtrain's extxyz reader (errors name file, frame and line) a
 a bad or unreadable frame is an error naming file, frame and reason, or with
 --skip-invalid it is skipped and counted in a JSON report beside the shard. The same holds for a
 frame whose graph is refused (a periodic cell so small that its graph would not fit in memory).
-The report also holds the shard's manifest counts (graphs, atoms, edges).
+The report also holds the shard's manifest counts (graphs, atoms, edges) and the graphs
+without an edge; a shard none of whose structures of two or more atoms has an edge is refused
+(the cutoff is below every interatomic distance). The shard records its provenance (data set,
+cutoff, the frames file's and the conversion manifest's sha256), which the store checks.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import collections
 import itertools
 import json
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -21,6 +25,7 @@ from ase import Atoms
 from ase.stress import voigt_6_to_full_3x3_stress
 from tqdm import tqdm
 
+from cfmtrain import crash
 from cfmtrain.atomic import atomic_path
 from cfmtrain.data.extxyz import iter_extxyz
 from cfmtrain.data.validate import (
@@ -31,10 +36,12 @@ from cfmtrain.data.validate import (
     Problem,
     atoms_problems,
 )
-from cfmtrain.graphs.neighbors import GraphTooLargeError, radius_graph
+from cfmtrain.graphs.neighbors import GraphTooLargeError, check_cutoff, radius_graph
+from cfmtrain.graphs.provenance import shard_provenance
 from cfmtrain.graphs.store import open_shard, write_shard
 
 KEYS = {"energy": "REF_energy", "forces": "REF_forces", "stress": "REF_stress"}
+NO_EDGES = "graphs without edges"  # counted, not skipped: a dissociated dimer is valid data
 CHUNK = 128  # frames validated together: the checks are vectorised over a chunk's arrays
 
 
@@ -80,12 +87,16 @@ def build_graphs(frames: Iterable[Atoms | Problem], source: str, cutoff: float,
                  skip_invalid: bool, skipped: collections.Counter, keys: dict[str, str] = KEYS,
                  chunk_size: int = CHUNK, limits: Limits = LIMITS) -> Iterator[dict]:
     """Validate and convert frames; invalid ones (or a reader's (reason, detail) in place of a
-    frame) raise or, with skip_invalid, are counted.
+    frame) raise or, with skip_invalid, are counted. `skipped["graphs without edges"]` counts
+    the structures that could have an edge (two or more atoms, or periodic) without one within
+    the cutoff; if that is every one of them, a ValueError naming the cutoff ends the generator
+    (no shard is written).
 
     Frames are validated `chunk_size` at a time, then turned into graphs in order, so the error
     (or skip) is always that of the first invalid frame, as with one frame at a time."""
     frames = iter(frames)
     index = 0
+    several = 0  # graphs that could have an edge: two or more atoms, or periodic
     while chunk := list(itertools.islice(frames, chunk_size)):
         readable = [a for a in chunk if isinstance(a, Atoms)]
         checked = iter(atoms_problems(readable, source, index, keys=keys, check_overlap=False,
@@ -93,6 +104,7 @@ def build_graphs(frames: Iterable[Atoms | Problem], source: str, cutoff: float,
         for atoms, problem in zip(chunk, (next(checked) if isinstance(a, Atoms) else a
                                           for a in chunk), strict=True):
             graph = None
+            crash.at("building radius graphs", source, index)
             if problem is None:
                 try:
                     graph = atoms_to_graph(atoms, cutoff, keys)
@@ -105,28 +117,43 @@ def build_graphs(frames: Iterable[Atoms | Problem], source: str, cutoff: float,
                                f"image) {shortest:.4g} A apart, minimum {MIN_DISTANCE} A")
             if problem is None:
                 graph["source_index"] = index
+                if len(graph["numbers"]) > 1 or any(graph["pbc"]):
+                    several += 1
+                    if graph["edge_index"].shape[1] == 0:
+                        skipped[NO_EDGES] += 1
                 yield graph
             elif skip_invalid:
                 skipped[problem[0]] += 1
             else:
                 raise InvalidFrameError(source, index, *problem)
             index += 1
+    if several and skipped[NO_EDGES] == several:
+        raise ValueError(f"{source}: none of its {several} structures (of two or more atoms, or "
+                         f"periodic) has an edge: the cutoff {cutoff} A is below every "
+                         "interatomic distance (config `cutoff`, `cfmtrain graphs --cutoff`)")
 
 
-def build_shard(source: Path, output: Path, cutoff: float, skip_invalid: bool = False) -> dict:
-    """Build one HDF5 shard from one extxyz file; returns the report (graphs, skipped by reason)."""
-    skipped: collections.Counter = collections.Counter()
+def build_shard(source: Path, output: Path, cutoff: float, skip_invalid: bool = False,
+                dataset: str | None = None) -> dict:
+    """Build one HDF5 shard from one extxyz file; returns the report (graphs, skipped by reason,
+    graphs without edges, provenance)."""
+    check_cutoff(cutoff)
+    counts: collections.Counter = collections.Counter()
     frames = tqdm(read_frames(source), desc=f"graphs {source.name}", unit="frame",
                   mininterval=2.0)
-    graphs = build_graphs(frames, str(source), cutoff, skip_invalid, skipped,
+    graphs = build_graphs(frames, str(source), cutoff, skip_invalid, counts,
                           limits=frames_limits(source))
-    count = write_shard(output, graphs, cutoff=cutoff, attrs={"source": str(source)})
+    provenance = shard_provenance(source, dataset, cutoff)
+    count = write_shard(output, graphs, cutoff=cutoff,
+                        attrs={"source": str(source), "provenance": json.dumps(provenance)})
     with open_shard(output) as f:
         manifest = json.loads(f.attrs["manifest"])
+    no_edges = counts.pop(NO_EDGES, 0)
     return {"source": str(source), "output": str(output), "cutoff": cutoff, "graphs": count,
             "atoms": manifest["atoms"], "edges": manifest["edges"],
-            "unit_shifts": manifest["unit_shifts"],
-            "skipped": sum(skipped.values()), "skipped_by_reason": dict(skipped)}
+            "unit_shifts": manifest["unit_shifts"], "graphs_without_edges": no_edges,
+            "skipped": sum(counts.values()), "skipped_by_reason": dict(counts),
+            "provenance": provenance}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -134,14 +161,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", type=Path, required=True, help="extxyz shard of frames")
     parser.add_argument("--output", type=Path, required=True, help="HDF5 graph shard to write")
     parser.add_argument("--cutoff", type=float, default=4.5, help="radius cutoff in Å")
+    parser.add_argument("--dataset", help="data set recorded in the shard's provenance (default: "
+                        "the frames manifest's, else the frames folder's parent's name)")
     parser.add_argument("--skip-invalid", action="store_true", help="skip and count bad frames")
     parser.add_argument("--report", type=Path, help="JSON report (default: <output>.json)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build the shard and write its report."""
-    report = build_shard(args.input, args.output, args.cutoff, args.skip_invalid)
+    """Build the shard and write its report; a bad frame, cutoff or input is a one-line error."""
+    try:
+        report = build_shard(args.input, args.output, args.cutoff, args.skip_invalid,
+                             args.dataset)
+    except (InvalidFrameError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     with atomic_path(args.report or args.output.with_suffix(".json")) as tmp:
         tmp.write_text(json.dumps(report, indent=2))
-    print(f"{args.output}: {report['graphs']} graphs, {report['skipped']} skipped")
+    edgeless = report["graphs_without_edges"]
+    print(f"{args.output}: {report['graphs']} graphs, {report['skipped']} skipped"
+          + (f", {edgeless} without an edge within {args.cutoff} A (of two or more atoms, or "
+             "periodic)" if edgeless else ""))
     return 0
