@@ -52,10 +52,12 @@ def ase_written(atoms: Atoms) -> Atoms:
     return atoms
 
 
-def write_crystals(path: Path, n: int, config_types: tuple[str | None, ...] = (None,)) -> None:
+def write_crystals(path: Path, n: int, config_types: tuple[str | None, ...] = (None,),
+                   first: int = 0) -> None:
+    """`n` crystals (seeds first, first + 1, ...): files of other seeds differ in content."""
     frames = []
     for k in range(n):
-        atoms = ase_written(crystal(k))
+        atoms = ase_written(crystal(first + k))
         if config_types[k % len(config_types)]:
             atoms.info["config_type"] = config_types[k % len(config_types)]
         frames.append(atoms)
@@ -258,8 +260,8 @@ def built(tmp_path_factory) -> Path:
     data = repo / "Jo's data"  # a path that needs quoting
     (data / "more").mkdir(parents=True)
     write_crystals(data / "a.xyz", 6, ("bulk", "strained", None))
-    write_crystals(data / "b.xyz", 2)
-    write_crystals(data / "more/c.extxyz", 2)
+    write_crystals(data / "b.xyz", 2, first=6)
+    write_crystals(data / "more/c.extxyz", 2, first=8)
     (repo / "config/own.yaml").write_text(
         "datasets:\n  own: {kind: files, paths: [\"Jo's data/*.xyz\", \"Jo's data/**/*.extxyz\"]}"
         "\ntargets: [own]\n")
@@ -381,3 +383,19 @@ def test_readme_example_plans_as_written(tmp_path):
     cell = snakemake(repo, "-n", "--printshellcmds", "results/train/real_dft/both/r2/summary.json",
                      "--configfile", "config/real_dft.yaml")  # a training cell: the same E0s
     assert re.search(fixed, cell) and "cfmtrain cell" in cell
+
+
+def test_a_folder_given_as_a_file_and_a_missing_e0s_file_are_named(tmp_path):
+    (tmp_path / "frames").mkdir()
+    with pytest.raises(ValueError, match=r"frames: is a folder; list its files or a glob such "
+                                         r"as '.*frames/\*\.xyz'"):
+        convert_own("own", [tmp_path / "frames"], tmp_path / "out", progress=False)
+    frame = Atoms("Cu2", positions=[[0, 0, 0], [2.5, 0, 0]])
+    frame.info["REF_energy"], frame.arrays["REF_forces"] = -1.0, np.zeros((2, 3))
+    ase.io.write(tmp_path / "a.xyz", [frame])
+    for e0s, message in ((tmp_path / "isolated.extxyz", "isolated.extxyz: no such file"),
+                         (tmp_path / "frames", "frames: is a folder, not a file")):
+        with pytest.raises(ValueError, match=rf"e0s file .*{message}"):
+            convert_own("own", [tmp_path / "a.xyz"], tmp_path / "out", e0s=str(e0s),
+                        progress=False)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("frames_*"))

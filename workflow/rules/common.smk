@@ -11,6 +11,9 @@ from pathlib import Path
 import yaml
 from snakemake.utils import validate
 
+from cfmtrain.config_check import check_workflow_config
+from cfmtrain.train.config import ConfigError
+
 SCHEMA = Path(workflow.basedir, "workflow/schemas/config.schema.yaml")
 # a YAML 1.2 number that PyYAML (YAML 1.1, Snakemake's reader) may leave as text: 1e-4, 5e-07
 NUMBER = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
@@ -33,6 +36,14 @@ def yaml12_numbers(value, schema):
 
 config.update(yaml12_numbers(config, yaml.safe_load(SCHEMA.read_text())))
 validate(config, schema=str(SCHEMA))
+# What a schema cannot say (finite numbers, the cutoff's range, seeds, files, the training
+# settings), checked by the code that uses each value; the e3nn checks of the model settings
+# (seconds) only in the main process, once per model setting (stamped under .snakemake/).
+try:
+    check_workflow_config(config, library_checks=workflow.is_main_process,
+                          passed=Path(".snakemake/cfmtrain-checked"))
+except ConfigError as err:
+    raise ValueError(str(err)) from None
 
 DATASETS = config["datasets"]
 # A timed job (benchmark, sweep, training cell) declares resources machine=ALONE: it holds the
@@ -40,10 +51,6 @@ DATASETS = config["datasets"]
 # (default-resources), so no job starts beside a timing and none times beside another. Under
 # Slurm each job has its own allocation and no limit is set.
 ALONE = 100
-
-if config["split"]["valid"] + config["split"]["test"] >= 1:
-    raise ValueError(f"config split: valid ({config['split']['valid']}) + test "
-                     f"({config['split']['test']}) must be < 1, or no graph is left to train on")
 
 for _name in config["targets"]:
     if _name not in DATASETS:
@@ -103,7 +110,8 @@ def own_files(dataset):
     for pattern in DATASETS[dataset]["paths"]:
         matches = glob.glob(os.path.expanduser(pattern), recursive=True)
         found.extend(sorted(p for p in matches if os.path.isfile(p)) or [pattern])
-    return list(dict.fromkeys(found))
+    by_file = {os.path.realpath(p): p for p in reversed(found)}  # a file under two spellings
+    return [p for p in found if by_file[os.path.realpath(p)] == p]  # once, as first listed
 
 
 def own_e0s_argument(e0s):

@@ -24,9 +24,10 @@ from pathlib import Path
 import numpy as np
 from ase import Atoms, units
 
+from cfmtrain import crash
 from cfmtrain.atomic import atomic_path
 from cfmtrain.data import own_files
-from cfmtrain.data.extxyz import EmptyInputError, iter_extxyz, named_errors
+from cfmtrain.data.extxyz import EmptyInputError, iter_extxyz, named_errors, unique_files
 from cfmtrain.data.validate import (
     LIMITS,
     InvalidFrameError,
@@ -211,9 +212,13 @@ class Staging:
     def __init__(self, output_dir: str | os.PathLike) -> None:
         self.output_dir = Path(output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.output_dir.glob(".staging-*"):  # of a conversion killed outright
+            if not _alive(stale.name.removeprefix(".staging-")):
+                shutil.rmtree(stale, ignore_errors=True)
         self.folder = self.output_dir / f".staging-{os.getpid()}"
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder.mkdir()
+        crash.leftover(self.folder)
 
     def commit(self) -> None:
         """Put the staged outputs in place of the previous conversion's."""
@@ -230,6 +235,17 @@ class Staging:
     def discard(self) -> None:
         """Drop the staged outputs (the previous ones stay)."""
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _alive(pid: str) -> bool:
+    """True if process `pid` (text) exists on this machine."""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @contextlib.contextmanager
@@ -274,6 +290,7 @@ def write_shards(frames: Iterable[RawFrame], output_dir: str | os.PathLike, num_
         k = 0
         for frame in frames:
             bar.update(1)
+            crash.at("checking frames", frame.source, frame.index)
             problem = check_frame(frame, limits=limits)
             if problem is not None:
                 if not skip_invalid:
@@ -301,18 +318,16 @@ def convert(dataset: str, inputs: Sequence[str | os.PathLike], output_dir: str |
     """Convert `inputs` (files or folders) into shards plus manifest.json; returns the manifest.
 
     The previous outputs in `output_dir` are replaced only if the conversion succeeds."""
-    from cfmtrain.data.download import file_digest
-
     opts = opts or default_options(dataset)
     _ = opts.stress_factor  # fail early on an unknown unit
-    files = expand_inputs(inputs)
+    files, digests = unique_files(expand_inputs(inputs))
     with staged_outputs(output_dir) as staging:
         counts = write_shards(read_frames(files, opts), staging, num_shards,
                               config_type or dataset, skip_invalid, progress, limits)
         manifest = {
             "dataset": dataset,
             "config_type": config_type or dataset,
-            "sources": [{"path": str(p), "bytes": p.stat().st_size, "sha256": file_digest(p)}
+            "sources": [{"path": str(p), "bytes": p.stat().st_size, "sha256": digests[p]}
                         for p in files],
             "read_options": {"energy_key": opts.energy_key, "forces_key": opts.forces_key,
                              "stress_key": opts.stress_key, "stress_unit": opts.stress_unit},

@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import io
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -63,6 +64,29 @@ def sha256_file(path: str | os.PathLike) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def unique_files(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], dict[Path, str]]:
+    """`paths` without repeats: one file listed under several spellings (a/x.xyz, a/../a/x.xyz,
+    a symlink) or two files of identical content are read once, the first listed kept, and a
+    warning names the others. Returns (the kept paths, their sha256 by path)."""
+    kept: list[Path] = []
+    digests: dict[Path, str] = {}
+    seen: dict[str, Path] = {}  # real path or content hash -> the kept path
+    for path in map(Path, paths):
+        real = os.path.realpath(path)
+        if real in seen:
+            warnings.warn(f"{path}: the same file as {seen[real]}; read once", stacklevel=2)
+            continue
+        digest = sha256_file(path)
+        if digest in seen:
+            warnings.warn(f"{path}: the same content as {seen[digest]}; read once",
+                          stacklevel=2)
+            continue
+        seen[real] = seen[digest] = path
+        kept.append(path)
+        digests[path] = digest
+    return kept, digests
 
 
 def write_shards(frames: Iterable[Atoms], paths: list[Path]) -> list[dict]:

@@ -95,7 +95,12 @@ def resolve_e0s(spec: str, marked: list[Located], keys: LabelKeys,
             raise ValueError(f"e0s: {spec!r} is not a JSON mapping: {err}") from None
         return E0s("mapping", mapping_e0s(mapping, "e0s"), "config")
     path = Path(spec)
+    if path.is_dir():
+        raise ValueError(f"e0s file {spec}: is a folder, not a file of isolated-atom frames")
     if not path.is_file():
+        if path.suffix or os.sep in spec:  # meant as a file
+            raise ValueError(f"e0s file {spec}: no such file (the isolated-atom frames to read "
+                             "the E0s from)")
         raise ValueError(f"e0s: {spec!r} is neither fit, average, isolated, a mapping nor a "
                          "file of isolated-atom frames")
     return E0s("file", isolated_energies(read_file(path), keys), str(path))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ase import Atoms
 
-from cfmtrain.data.extxyz import EmptyInputError, iter_extxyz, named_errors
+from cfmtrain.data.extxyz import EmptyInputError, iter_extxyz, named_errors, unique_files
 from cfmtrain.data.own_e0s import Located, check_covers, resolve_e0s, write_e0s
 from cfmtrain.data.own_keys import FIELDS, LabelKeys, config_type_of, own_frame
 from cfmtrain.data.validate import LIMITS, InvalidFrameError, Limits, Problem, RawFrame
@@ -129,15 +129,17 @@ def convert_own(dataset: str, files: Sequence[str | os.PathLike], output_dir: st
         staged_outputs,
         write_shards,
     )
-    from cfmtrain.data.download import file_digest
-
     keys = keys or LabelKeys.from_mapping()
     paths = [Path(f) for f in files]
     for path in paths:
+        if path.is_dir():
+            raise ValueError(f"{path}: is a folder; list its files or a glob such as "
+                             f"'{path}/*.xyz' ('**' recurses)")
         if not path.is_file():
             raise FileNotFoundError(f"{path}: " + ("matches no file" if glob.has_magic(str(path))
                                                    else "no such file"))
         own_format(path)
+    paths, digests = unique_files(paths)
     # a bad mapping or file fails before any frame is read; `isolated` needs the frames first
     given = None if e0s == "isolated" else resolve_e0s(e0s, [], keys, read_atoms)
     reader = OwnReader(keys)
@@ -149,7 +151,7 @@ def convert_own(dataset: str, files: Sequence[str | os.PathLike], output_dir: st
         write_e0s(staging, given)
         manifest = {
             "dataset": dataset, "kind": "files", "default_config_type": dataset,
-            "sources": [{"path": str(p), "bytes": p.stat().st_size, "sha256": file_digest(p)}
+            "sources": [{"path": str(p), "bytes": p.stat().st_size, "sha256": digests[p]}
                         for p in paths],
             "keys": keys.as_dict(), "e0s": given.record(),
             "isolated_atoms": len(reader.isolated), "limits": limits_record(limits),

@@ -1,0 +1,106 @@
+"""Every config value checked before any job runs, naming the key: what the schema cannot say
+(finite numbers, the cutoff's range, seeds, shard counts, files, irreps strings and harmonics
+orders) by cfmtrain.config_check, wired into the workflow so that `snakemake -n` refuses it."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cfmtrain.config_check import check_workflow_config
+from cfmtrain.train.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+DEFAULT.setdefault("split", {}).setdefault("seed", 0)
+
+
+def edited(edit) -> dict:
+    config = copy.deepcopy(DEFAULT)
+    edit(config)
+    return config
+
+
+def own(tmp_path: Path, **cfg) -> callable:
+    def edit(config):
+        config["datasets"]["own"] = {"kind": "files", **cfg}
+    return edit
+
+
+CASES = [
+    ("cutoff", lambda c: c.update(cutoff=float("nan")), "config cutoff: nan is not a finite"),
+    ("cutoff", lambda c: c.update(cutoff=float("inf")), "config cutoff: inf is not a finite"),
+    ("cutoff", lambda c: c.update(cutoff=0.02), "config cutoff: cutoff 0.02: expected a finite "
+     "radius in [1, 30]"),
+    ("cutoff", lambda c: c.update(cutoff=75.0), "radius in [1, 30]"),
+    ("split.seed", lambda c: c["split"].update(seed=-3), "config split.seed: -3 is negative"),
+    ("split.valid", lambda c: c["split"].update(valid=float("nan")),
+     "config split.valid: nan is not a finite number"),
+    ("shards", lambda c: c["datasets"]["mini"].update(shards=12_000),
+     "config datasets.mini.shards: 12000 shards, more than shard names hold (10000)"),
+    ("hidden_irreps", lambda c: c["train"]["settings"]["model"].update(hidden_irreps="32x0e+x1o"),
+     "config train.settings: config model.hidden_irreps: '32x0e+x1o' is not an irreps string"),
+    ("hidden_irreps", lambda c: c["train"]["settings"]["model"].update(hidden_irreps="8x1o+8x2e"),
+     "'8x1o+8x2e' has no scalar (0e) channels"),
+    ("max_ell", lambda c: c["train"]["settings"]["model"].update(max_ell=14),
+     "config model.max_ell: 14 is beyond the spherical harmonics e3nn implements"),
+    ("radial_mlp", lambda c: c["train"]["settings"]["model"].update(radial_mlp=[0, 8]),
+     "config model.radial_mlp: [0, 8] must be >= 1"),
+]
+
+
+@pytest.mark.parametrize("key, edit, message", CASES, ids=[c[0] for c in CASES])
+def test_a_value_that_cannot_work_is_refused_naming_its_key(key, edit, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")
+                       .replace(")", r"\)").replace("]", r"\]").replace("+", r"\+")):
+        check_workflow_config(edited(edit))
+
+
+def test_the_shipped_configs_pass():
+    check_workflow_config(DEFAULT)
+    paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    check_workflow_config({**DEFAULT, **paper, "split": {**paper["split"]}})
+
+
+def test_own_data_files_are_checked(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/a.xyz").write_text("1\n\nH 0 0 0\n")
+    for cfg, message in [
+        ({"paths": [str(tmp_path / "data")]}, "is a folder; list its files or a glob such as"),
+        ({"paths": [str(tmp_path / "data/b.xyz")]}, "b.xyz: no such file"),
+        ({"paths": [str(tmp_path / "data/*.xyz")], "e0s": {"file": str(tmp_path / "iso.xyz")}},
+         "config datasets.own.e0s.file: .*iso.xyz: no such file"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            check_workflow_config(edited(own(tmp_path, **cfg)))
+    check_workflow_config(edited(own(tmp_path, paths=[str(tmp_path / "data/*.xyz"),
+                                                      str(tmp_path / "data/missing*.xyz")])))
+
+
+def test_library_checks_are_remembered_per_model_setting(tmp_path):
+    passed = tmp_path / "passed"
+    check_workflow_config(DEFAULT, passed=passed)
+    assert len(list(passed.iterdir())) == 1
+    bad = edited(lambda c: c["train"]["settings"]["model"].update(max_ell=12))
+    with pytest.raises(ConfigError, match="max_ell"):
+        check_workflow_config(bad, passed=passed)
+    check_workflow_config(bad, library_checks=False)  # the jobs' own parse skips them
+
+
+@pytest.mark.parametrize("overlay, message", [
+    ("cutoff: .nan\n", "config cutoff: nan is not a finite number"),
+    ("train:\n  settings:\n    model: {hidden_irreps: '16x0e+16x1x'}\n",
+     "config model.hidden_irreps: '16x0e+16x1x' is not an irreps string"),
+])
+def test_the_dry_run_refuses_before_any_job(tmp_path, overlay, message):
+    path = tmp_path / "overlay.yaml"
+    path.write_text(overlay)
+    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
