@@ -61,8 +61,8 @@ def write_run(root: Path, dataset: str, variant: str, ranks: int, *, cost=(0.05,
 def write_store(path: Path, graphs_per_subset: int = 3, seed: int = 0) -> Path:
     """A small graph store (one shard) with a few graphs in each of mini's subsets. Positions
     and labels are placeholders: only the per-graph size table matters to its users."""
-    from cfmtrain.data.mini import SUBSETS
     from cfmtrain.graphs.store import write_shard
+    from cfmtrain.sources.mini import SUBSETS
 
     rng = np.random.default_rng(seed)
     graphs = []

@@ -1,7 +1,7 @@
 """The graph benchmark's peers all find the same edges on the same structures."""
 
 from cfmtrain.bench.graphs import measure
-from cfmtrain.data.mini import iter_mini_frames
+from cfmtrain.sources.mini import iter_mini_frames
 
 
 def test_every_method_counts_the_same_edges():

@@ -11,7 +11,7 @@ from ase import Atoms
 from ase.build import bulk
 
 from cfmtrain.cli import main
-from cfmtrain.data.validate import InvalidFrameError
+from cfmtrain.frames.validate import InvalidFrameError
 from cfmtrain.graphs.build import build_graphs, build_shard
 from cfmtrain.graphs.store import GraphStore
 

@@ -17,16 +17,17 @@ from ase import Atoms
 from ase.calculators.singlepoint import SinglePointCalculator
 
 from cfmtrain.cli import main as cli_main
-from cfmtrain.data.convert import ReadOptions, convert
-from cfmtrain.data.download import file_digest
-from cfmtrain.data.mptrj import read_mptrj
-from cfmtrain.data.validate import (
+from cfmtrain.digest import file_digest
+from cfmtrain.frames.validate import (
     InvalidFrameError,
     atoms_problem,
     atoms_problems,
     frame_message,
     validate_atoms,
 )
+from cfmtrain.readers.mptrj import read_mptrj
+from cfmtrain.readers.options import ReadOptions
+from cfmtrain.shards.convert import convert
 
 KBAR_TO_EV_A3 = 0.1 / 160.21766208  # 1 kBar = 0.1 GPa; 1 eV/A^3 = 160.21766208 GPa
 ATOL = 1e-7  # extxyz writes positions and forces with 8 decimals

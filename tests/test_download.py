@@ -10,8 +10,8 @@ import hashlib
 import pytest
 
 from cfmtrain.cli import main as cli_main
-from cfmtrain.data.download import DownloadError, download, sidecar_path
-from cfmtrain.data.registry import DATASETS, get_dataset
+from cfmtrain.sources.download import DownloadError, download, sidecar_path
+from cfmtrain.sources.registry import DATASETS, get_dataset
 
 try:
     from http_server import FileServer, ServedFile

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from cfmtrain.cli import main as cli_main
-from cfmtrain.data.download import DownloadError, download, sidecar_path
+from cfmtrain.sources.download import DownloadError, download, sidecar_path
 
 try:
     from http_server import FileServer, ServedFile
@@ -160,7 +160,7 @@ def test_no_length_end_confirmed_by_416(tmp_path, payload):
 
 
 def test_registry_publishes_the_checksums_it_can():
-    from cfmtrain.data.registry import get_dataset
+    from cfmtrain.sources.registry import get_dataset
 
     mptrj = get_dataset("mptrj").files[0]  # figshare's computed MD5 of file 41619375
     assert (mptrj.algorithm, mptrj.checksum) == ("md5", "50ead5f27f9a4f6beb7564c4188f1e9f")

@@ -27,7 +27,7 @@ SITECUSTOMIZE = textwrap.dedent('''\
     import os
 
     if os.environ.get("CFMTRAIN_TEST_URL"):
-        from cfmtrain.data.registry import DatasetEntry, SourceFile, _register
+        from cfmtrain.sources.registry import DatasetEntry, SourceFile, _register
 
         _register(DatasetEntry(
             name="remote_test", paper_name="test", citation="test", doi=None, license="test",

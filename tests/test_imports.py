@@ -23,7 +23,7 @@ STATEMENTS = [
     "from cfmtrain.balance import pack_bins, DistributedBinPackSampler",
     "from cfmtrain.balance import DistributedBinPackSampler, PaddingWeightedDataset",
     "from cfmtrain.graphs import GraphStore",
-    "import cfmtrain.data.validate",
+    "import cfmtrain.frames.validate",
     "from cfmtrain.train.loop import train_step",
     "import cfmtrain.bench.flops",
     "import cfmtrain; from e3nn import o3; o3.wigner_3j(1, 1, 2)",

@@ -21,15 +21,15 @@ from mace.tools import AtomicNumberTable
 from mace.tools.torch_geometric.dataloader import Collater
 from test_train_units import CUTOFF, emt_frames
 
+from cfmtrain.batches.batching import BatchAssembler
+from cfmtrain.batches.cells import edge_shifts
+from cfmtrain.batches.data import GraphDataset, make_loader
+from cfmtrain.batches.prefetch import THREAD, resolve_workers
+from cfmtrain.batches.store_arrays import StoreArrays, store_arrays
 from cfmtrain.bench import loader as bench
-from cfmtrain.data.mini import make_frame
 from cfmtrain.graphs.build import atoms_to_graph
 from cfmtrain.graphs.store import GraphStore, write_shard
-from cfmtrain.train.batching import BatchAssembler
-from cfmtrain.train.cells import edge_shifts
-from cfmtrain.train.data import GraphDataset, make_loader
-from cfmtrain.train.prefetch import THREAD, resolve_workers
-from cfmtrain.train.store_arrays import StoreArrays, store_arrays
+from cfmtrain.sources.mini import make_frame
 
 Z_TABLE = AtomicNumberTable([1, 8, 28, 29])
 
@@ -79,7 +79,7 @@ BATCHES = [
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("slice_rows", [0, 10**9])  # rows taken by slices / by a gather
 def test_batches_equal_collater_over_graph_dataset(union, dtype, slice_rows, monkeypatch):
-    monkeypatch.setattr("cfmtrain.train.store_arrays.SLICE_ROWS", slice_rows)
+    monkeypatch.setattr("cfmtrain.batches.store_arrays.SLICE_ROWS", slice_rows)
     assert len(union.files) == 3 and len(union) == 20
     order = np.random.default_rng(0).permutation(len(union))
     for stress in (True, False):
@@ -214,7 +214,7 @@ def test_prefetch_hides_assembly_behind_compute():
         time.sleep(0.05)
         return items
 
-    from cfmtrain.train.prefetch import BatchLoader
+    from cfmtrain.batches.prefetch import BatchLoader
 
     waits = {}
     for workers in (0, THREAD):

@@ -15,8 +15,9 @@ from ase.calculators.emt import EMT
 from ase.calculators.tip3p import TIP3P
 from ase.neighborlist import neighbor_list
 
-from cfmtrain.data.extxyz import mace_frame, sha256_file, write_shards
-from cfmtrain.data.mini import (
+from cfmtrain.digest import file_digest as sha256_file
+from cfmtrain.frames.extxyz import mace_frame, write_shards
+from cfmtrain.sources.mini import (
     DEFAULT_GRAPHS,
     SUBSETS,
     generate_mini,
@@ -25,7 +26,7 @@ from cfmtrain.data.mini import (
     make_frame,
     subset_counts,
 )
-from cfmtrain.data.mini_structures import BUILDERS, TIP3P_RC
+from cfmtrain.sources.mini_structures import BUILDERS, TIP3P_RC
 
 SCALE = 0.02  # 22 frames, every subset present
 
@@ -201,7 +202,7 @@ def test_every_subset_has_its_real_chemistry_density(frames):
 
 
 def test_stats_notes_name_each_stand_in_once():
-    from cfmtrain.stats import _subset_notes
+    from cfmtrain.graphs.stats import _subset_notes
 
     notes = _subset_notes("mini")
     assert set(notes) == set(SUBSETS)

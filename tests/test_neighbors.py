@@ -6,7 +6,7 @@ import pytest
 from ase import Atoms
 from ase.neighborlist import neighbor_list
 
-from cfmtrain.graphs.neighbors import radius_graph
+from cfmtrain.frames.neighbors import radius_graph
 
 CUTOFF = 4.5
 

@@ -20,10 +20,11 @@ from ase.build import bulk, molecule
 from ase.calculators.emt import EMT
 from ase.calculators.singlepoint import SinglePointCalculator
 
-from cfmtrain.data.own_files import convert_own, parse_keys
-from cfmtrain.data.own_keys import LabelKeys, own_frame, virial_to_stress
-from cfmtrain.data.validate import InvalidFrameError, check_frame, frame_labels
+from cfmtrain.frames.keys import LabelKeys, own_frame, virial_to_stress
+from cfmtrain.frames.validate import InvalidFrameError, check_frame, frame_labels
 from cfmtrain.graphs.store import GraphStore
+from cfmtrain.readers.own import parse_keys
+from cfmtrain.shards.own import convert_own
 
 ROOT = Path(__file__).resolve().parents[1]
 

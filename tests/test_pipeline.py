@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from cfmtrain.data.split import load_split
+from cfmtrain.graphs.split import load_split
 from cfmtrain.graphs.store import GraphStore
 
 ROOT = Path(__file__).resolve().parents[1]

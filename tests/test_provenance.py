@@ -18,10 +18,10 @@ from test_train_run import COMMON
 from test_train_units import emt_frames
 
 from cfmtrain.cli import main
-from cfmtrain.data.convert import convert
-from cfmtrain.data.split import SplitError, read_split
 from cfmtrain.graphs.build import build_shard
+from cfmtrain.graphs.split import SplitError, read_split
 from cfmtrain.graphs.store import GraphStore, ShardError
+from cfmtrain.shards.convert import convert
 from cfmtrain.train import cli
 
 CUTOFF = 4.0

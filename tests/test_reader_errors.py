@@ -21,10 +21,10 @@ from ase.build import fcc111
 from ase.calculators.singlepoint import SinglePointCalculator
 
 from cfmtrain.cli import main as cli_main
-from cfmtrain.data.convert import convert
-from cfmtrain.data.extxyz import EmptyInputError, read_extxyz_atoms
-from cfmtrain.data.own_files import convert_own
-from cfmtrain.data.validate import InvalidFrameError, Limits, frame_message
+from cfmtrain.frames.extxyz import EmptyInputError, read_extxyz_atoms
+from cfmtrain.frames.validate import InvalidFrameError, Limits, frame_message
+from cfmtrain.shards.convert import convert
+from cfmtrain.shards.own import convert_own
 
 
 def labelled(seed: int, energy: float | None = None) -> Atoms:

@@ -291,7 +291,7 @@ def test_scaling_table_balanced_beats_fixed_count():
 
 
 def test_table3_mixture_shape():
-    from cfmtrain.data.mini import SUBSETS
+    from cfmtrain.sources.mini import SUBSETS
 
     sizes = table3_mixture({n: 30.0 for n in SUBSETS}, total=100_000, seed=0)
     assert len(sizes.atoms) == 100_000 and sorted(sizes.subset_names) == sorted(SUBSETS)

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cfmtrain.data.split import SplitError, split_indices, strata
+from cfmtrain.graphs.split import SplitError, split_indices, strata
 
 
 def tial_like(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

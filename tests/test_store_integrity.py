@@ -15,13 +15,13 @@ from ase import Atoms
 from ase.build import bulk
 from ase.neighborlist import neighbor_list
 
+from cfmtrain.batches.store_arrays import StoreArrays
 from cfmtrain.cli import main
-from cfmtrain.data.validate import InvalidFrameError
+from cfmtrain.frames.neighbors import GraphTooLargeError, radius_graph
+from cfmtrain.frames.validate import InvalidFrameError
 from cfmtrain.graphs import store as store_module
 from cfmtrain.graphs.build import build_graphs, build_shard
-from cfmtrain.graphs.neighbors import GraphTooLargeError, radius_graph
 from cfmtrain.graphs.store import FORMAT_VERSION, GraphStore, ShardError, write_shard
-from cfmtrain.train.store_arrays import StoreArrays
 
 CUTOFF = 4.5
 SKEWED = [[3.0, 0.0, 0.0], [600.5, 3.0, 0.0], [0.0, 0.0, 5.0]]  # b - 200 a = (0.5, 3, 0)

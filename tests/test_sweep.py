@@ -19,8 +19,8 @@ TINY = ["model.hidden_irreps=4x0e+4x1o", "model.max_ell=1", "model.correlation=2
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    from cfmtrain.data.split import split_indices
     from cfmtrain.graphs.build import atoms_to_graph
+    from cfmtrain.graphs.split import split_indices
     from cfmtrain.graphs.store import GraphStore, write_shard
 
     root = tmp_path_factory.mktemp("store")

@@ -40,7 +40,7 @@ def gradient_worker(store: Path, split: Path, out: Path) -> None:
     from mace.tools.torch_geometric.dataloader import Collater
     from test_train_units import TINY
 
-    from cfmtrain.train import distenv
+    from cfmtrain.dist import distenv
     from cfmtrain.train.build import build_run
     from cfmtrain.train.config import load_config
     from cfmtrain.train.loop import allreduce_gradients, forward_backward
@@ -78,8 +78,8 @@ def test_two_ranks_give_gradient_of_union(tmp_path):
     from mace.tools.torch_geometric.dataloader import Collater
     from test_train_units import CUTOFF, make_store
 
+    from cfmtrain.batches.data import GraphDataset
     from cfmtrain.graphs.store import GraphStore
-    from cfmtrain.train.data import GraphDataset
     from cfmtrain.train.model import z_table_of
 
     store, split, _ = make_store(tmp_path / "store", n=12)

@@ -19,9 +19,10 @@ import pandas as pd
 import pytest
 from test_train_run import COMMON
 
-from cfmtrain.launch import completed_run
+from cfmtrain.dist import contention
+from cfmtrain.dist.launch import completed_run
+from cfmtrain.measure import repeats
 from cfmtrain.train import cli as train_cli
-from cfmtrain.train import contention, repeats
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMITS = contention.Thresholds(max_wall_cpu_ratio=1.15, max_steal_fraction=0.02)
@@ -443,7 +444,7 @@ def test_the_training_stops_between_repeats_on_sigterm(tmp_path, monkeypatch, st
                                                        trained):
     """`train --repeats 3`: a SIGTERM during a repeat that still completes ends the training
     before the next repeat (ranks agree on it); during the last one, all three are done."""
-    from cfmtrain.train import distenv
+    from cfmtrain.dist import distenv
 
     calls = []
 

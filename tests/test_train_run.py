@@ -176,8 +176,8 @@ def test_exported_model_runs_in_mace_calculator_without_cfmtrain(data, full_run,
     import ase.io
     from mace.tools.torch_geometric.dataloader import Collater
 
+    from cfmtrain.batches.data import GraphDataset
     from cfmtrain.graphs.store import GraphStore
-    from cfmtrain.train.data import GraphDataset
     from cfmtrain.train.model import z_table_of
 
     store, split, frames = data

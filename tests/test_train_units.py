@@ -23,13 +23,13 @@ from mace.data.utils import KeySpecification, compute_average_E0s
 from mace.tools import AtomicNumberTable
 from mace.tools.torch_geometric.dataloader import Collater
 
-from cfmtrain.data.split import split_indices
+from cfmtrain.batches.data import GraphDataset, nested_subset
 from cfmtrain.graphs.build import atoms_to_graph
+from cfmtrain.graphs.split import split_indices
 from cfmtrain.graphs.store import GraphStore, write_shard
 from cfmtrain.train import config as config_mod
 from cfmtrain.train import model as model_mod
 from cfmtrain.train.build import load_parts
-from cfmtrain.train.data import GraphDataset, nested_subset
 from cfmtrain.train.loop import NonFiniteLossError, forward_backward
 from cfmtrain.train.loss import distributed_loss
 
@@ -303,7 +303,7 @@ def test_step_counts_and_matched_cell():
 def test_baseline_check_settings_parse_in_mace(tmp_path):
     from mace.tools import build_default_arg_parser
 
-    from cfmtrain.train.baseline_check import mace_arguments
+    from cfmtrain.bench.baseline_check import mace_arguments
 
     cfg = config_mod.load_config(overrides=TINY)
     args = build_default_arg_parser().parse_args(mace_arguments(cfg, 4.5, tmp_path))

@@ -7,10 +7,10 @@ import torch
 from test_train_units import TINY
 
 from cfmtrain.balance import DistributedBinPackSampler
+from cfmtrain.dist.distenv import DistEnv
 from cfmtrain.train import warmup
 from cfmtrain.train.build import build_run
 from cfmtrain.train.config import load_config
-from cfmtrain.train.distenv import DistEnv
 
 
 def scan(sampler, sizes: np.ndarray, epochs: range) -> np.ndarray:

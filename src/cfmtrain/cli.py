@@ -18,19 +18,19 @@ from cfmtrain.malloc_env import MALLOC_ENV
 
 # command -> (module, help, needs the tuned allocator)
 COMMANDS: dict[str, tuple[str, str, bool]] = {
-    "generate": ("cfmtrain.data.mini", "generate the embedded `mini` data set (extxyz)", False),
-    "download": ("cfmtrain.data.download", "download a registered data set", False),
-    "convert": ("cfmtrain.data.convert", "convert a downloaded data set to extxyz shards", False),
-    "split": ("cfmtrain.data.split", "write the seeded train/valid/test split", False),
+    "generate": ("cfmtrain.sources.mini", "generate the embedded `mini` data set (extxyz)", False),
+    "download": ("cfmtrain.sources.download", "download a registered data set", False),
+    "convert": ("cfmtrain.shards.convert", "convert a downloaded data set to extxyz shards", False),
+    "split": ("cfmtrain.graphs.split", "write the seeded train/valid/test split", False),
     "graphs": ("cfmtrain.graphs.build", "build radius graphs into an HDF5 shard", False),
-    "stats": ("cfmtrain.stats", "data set statistics: Table 3", False),
+    "stats": ("cfmtrain.graphs.stats", "data set statistics: Table 3", False),
     "balance": ("cfmtrain.balance.report", "packing-quality table of every strategy", False),
     "bench": ("cfmtrain.bench.cli", "benchmarks: graphs, balance, kernels, loader, accuracy", True),
-    "launch": ("cfmtrain.launch", "run R ranks: srun under Slurm, else torchrun", False),
+    "launch": ("cfmtrain.dist.launch", "run R ranks: srun under Slurm, else torchrun", False),
     "train": ("cfmtrain.train.cli", "data-parallel MACE training (one run)", True),
-    "cell": ("cfmtrain.train.repeats", "one ablation cell: repeated training runs and their "
+    "cell": ("cfmtrain.measure.repeats", "one ablation cell: repeated training runs and their "
              "median, spread and contention flags", False),
-    "baseline-check": ("cfmtrain.train.baseline_check", "baseline step time against "
+    "baseline-check": ("cfmtrain.bench.baseline_check", "baseline step time against "
                        "mace-torch's own mace_run_train", True),
     "sweep": ("cfmtrain.sweep.cli", "batch-size and bin-capacity sweeps", True),
     "simulate": ("cfmtrain.simulate.cli", "cost model and epoch-time simulator", False),

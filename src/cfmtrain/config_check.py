@@ -18,8 +18,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from cfmtrain.data.split import SplitError, check_fractions
-from cfmtrain.graphs.neighbors import check_cutoff
+from cfmtrain.frames.neighbors import check_cutoff
+from cfmtrain.graphs.split import SplitError, check_fractions
 from cfmtrain.train.config import ConfigError, load_config
 
 MAX_SHARDS = 10_000  # shard names are four digits (frames_0000 ... shard_9999)

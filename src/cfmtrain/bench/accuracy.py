@@ -274,9 +274,9 @@ def run_seed(args: argparse.Namespace, seed: int, store, graphs: list[Path], wor
     """The three runs of one seed in work/: (their curves, their summary, facts for the JSON);
     a cfmtrain run short of mace_run_train's final force MAE trains up to --extra-epochs more.
     A seed finished before with the same settings (work/seed.json) is taken as it is."""
+    from cfmtrain.dist.distenv import available_cpus
     from cfmtrain.train.build import load_parts
     from cfmtrain.train.config import load_config, to_dict
-    from cfmtrain.train.distenv import available_cpus
     from cfmtrain.train.summary import write_json
 
     key = seed_key(args, seed, store, args.threads or available_cpus())

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from cfmtrain.train.baseline_check import (
+from cfmtrain.bench.baseline_check import (
     export_extxyz,
     mace_arguments,
     mace_process,

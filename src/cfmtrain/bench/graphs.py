@@ -106,7 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Generate the `mini` structures in memory, time every method, print and write the table."""
     from cfmtrain.bench.table import report
-    from cfmtrain.data.mini import iter_mini_frames
+    from cfmtrain.sources.mini import iter_mini_frames
 
     preset = PRESETS[args.preset]
     distinct = list(iter_mini_frames(scale=preset["scale"], seed=0))

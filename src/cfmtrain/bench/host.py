@@ -21,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-from cfmtrain.train.contention import (
+from cfmtrain.dist.contention import (
     PROBE_CALLS,
     PROBE_GATHERS,
     PROBE_ROWS,

@@ -51,8 +51,8 @@ def methods(dataset, batches: list[list[int]], former: bool = True
     import torch
     from mace.tools.torch_geometric.dataloader import Collater, DataLoader
 
-    from cfmtrain.train.batching import BatchAssembler
-    from cfmtrain.train.store_arrays import StoreArrays
+    from cfmtrain.batches.batching import BatchAssembler
+    from cfmtrain.batches.store_arrays import StoreArrays
 
     memory = BatchAssembler(dataset, StoreArrays(dataset.store, budget=2**62))
     disk = BatchAssembler(dataset, StoreArrays(dataset.store, budget=0))
@@ -103,8 +103,8 @@ def open_dataset(store_path: Path | list[Path], dtype: str = "float32"):
     import torch
     from mace.tools import AtomicNumberTable
 
+    from cfmtrain.batches.data import GraphDataset
     from cfmtrain.graphs.store import GraphStore
-    from cfmtrain.train.data import GraphDataset
     from cfmtrain.train.model import store_elements
 
     store = GraphStore(store_path)
@@ -116,9 +116,9 @@ def open_dataset(store_path: Path | list[Path], dtype: str = "float32"):
 
 def build_mini_store(folder: Path, scale: float, cutoff: float) -> Path:
     """A one-shard store of the generated `mini` structures at `scale`."""
-    from cfmtrain.data.mini import iter_mini_frames
     from cfmtrain.graphs.build import build_graphs
     from cfmtrain.graphs.store import write_shard
+    from cfmtrain.sources.mini import iter_mini_frames
 
     frames = list(iter_mini_frames(scale=scale, seed=0))
     write_shard(folder / "shard_0000.h5",

@@ -12,7 +12,7 @@ __all__ = ["GraphStore", "ShardError"]
 
 def __getattr__(name: str) -> object:
     """`cfmtrain.graphs.GraphStore` (as the README shows), imported on first use so that
-    `cfmtrain.graphs.neighbors` alone does not load h5py."""
+    `cfmtrain.frames.neighbors` alone does not load h5py."""
     if name in __all__:
         from cfmtrain.graphs import store
 

@@ -27,8 +27,9 @@ from tqdm import tqdm
 
 from cfmtrain import crash
 from cfmtrain.atomic import atomic_path
-from cfmtrain.data.extxyz import iter_extxyz
-from cfmtrain.data.validate import (
+from cfmtrain.frames.extxyz import iter_extxyz
+from cfmtrain.frames.neighbors import GraphTooLargeError, check_cutoff, radius_graph
+from cfmtrain.frames.validate import (
     LIMITS,
     MIN_DISTANCE,
     InvalidFrameError,
@@ -36,7 +37,6 @@ from cfmtrain.data.validate import (
     Problem,
     atoms_problems,
 )
-from cfmtrain.graphs.neighbors import GraphTooLargeError, check_cutoff, radius_graph
 from cfmtrain.graphs.provenance import shard_provenance
 from cfmtrain.graphs.store import open_shard, write_shard
 

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cfmtrain.data.extxyz import sha256_file
-
-MANIFEST = "manifest.json"
+from cfmtrain.digest import file_digest
+from cfmtrain.shards.writer import MANIFEST
 
 
 def _digest(value: object) -> str:
@@ -31,12 +30,12 @@ def shard_provenance(frames: str | os.PathLike, dataset: str | None, cutoff: flo
     (results/data/<set>/frames)."""
     frames = Path(frames)
     manifest = frames.parent / MANIFEST
-    inputs = sha256_file(manifest) if manifest.is_file() else None
+    inputs = file_digest(manifest) if manifest.is_file() else None
     if dataset is None and inputs is not None:
         dataset = json.loads(manifest.read_text()).get("dataset")
     record = {"dataset": dataset or frames.resolve().parent.parent.name,
               "cutoff": float(cutoff), "frames": frames.name,
-              "frames_sha256": sha256_file(frames), "inputs_sha256": inputs}
+              "frames_sha256": file_digest(frames), "inputs_sha256": inputs}
     return {**record, "id": _digest(record)}
 
 

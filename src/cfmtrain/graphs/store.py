@@ -25,8 +25,8 @@ import h5py
 import numpy as np
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.frames.neighbors import shift_dtype
 from cfmtrain.graphs import provenance
-from cfmtrain.graphs.neighbors import shift_dtype
 
 FORMAT_VERSION = 2  # 2: Fletcher-32 on every dataset, manifest, int8/int16/int32 shifts
 LIBVER = ("v110", "v110")  # checksummed metadata; readable by HDF5 >= 1.10

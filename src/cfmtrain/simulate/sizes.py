@@ -68,7 +68,7 @@ def table3_mixture(neighbours: dict[str, float], total: int = PAPER_GRAPHS,
     atoms times the subset's measured edges per atom (`neighbours`, keyed by mini's subset names).
     """
     from cfmtrain.balance.mixture import TABLE3, mixture_sizes
-    from cfmtrain.data.mini import SUBSETS
+    from cfmtrain.sources.mini import SUBSETS
 
     mini_name = {s.paper_name: name for name, s in SUBSETS.items()}
     names = [mini_name[paper_name] for paper_name in TABLE3]

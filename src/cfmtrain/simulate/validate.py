@@ -17,10 +17,10 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from cfmtrain.dist.contention import Thresholds, compute_wall_cpu
 from cfmtrain.simulate.allreduce import Network
 from cfmtrain.simulate.costmodel import CostModel
 from cfmtrain.simulate.runs import Run
-from cfmtrain.train.contention import Thresholds, compute_wall_cpu
 
 LOCAL_WORK = ("compute_s", "optim_s")  # a rank's own work in a step: forward+backward, optimiser
 

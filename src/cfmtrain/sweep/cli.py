@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep and write its CSV (and the capacity recommendation)."""
-    from cfmtrain.data.split import load_split
+    from cfmtrain.graphs.split import load_split
     from cfmtrain.graphs.store import GraphStore
     from cfmtrain.sweep import batch, calibrate, capacity
 

@@ -18,10 +18,10 @@ import mace  # noqa: F401  (before e3nn: torch weights-only loading of e3nn's co
 import numpy as np
 import torch
 
+from cfmtrain.batches.data import GraphDataset
+from cfmtrain.dist.distenv import DistEnv
 from cfmtrain.train.build import DTYPES, build_run
 from cfmtrain.train.config import load_config
-from cfmtrain.train.data import GraphDataset
-from cfmtrain.train.distenv import DistEnv
 from cfmtrain.train.loop import train_step
 from cfmtrain.train.metrics import StepTimes
 from cfmtrain.train.model import z_table_of

@@ -1,6 +1,2 @@
-"""Stage 5: data-parallel MACE training (`cfmtrain train`) for the ablation variants.
-
-Modules: config, data, sampling, model, loss, metrics, loop, checkpoint, summary, build, runner,
-cli; distenv maps torchrun/Slurm environments to ranks; repeats runs a cell's repeated runs and
-contention judges whether other processes disturbed their timing.
-"""
+"""Data-parallel MACE training (`cfmtrain train`) for the ablation variants: config, sampling,
+model, loss, metrics, loop, checkpoint, summary, build, runner, cli."""

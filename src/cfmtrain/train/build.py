@@ -12,16 +12,16 @@ import numpy as np
 import torch
 from torch_ema import ExponentialMovingAverage
 
-from cfmtrain.data.split import check_split_for, read_split
+from cfmtrain.batches.data import GraphDataset, make_loader, nested_subset
+from cfmtrain.batches.prefetch import BatchLoader
+from cfmtrain.dist.distenv import DistEnv
 from cfmtrain.graphs.provenance import split_digest
+from cfmtrain.graphs.split import check_split_for, read_split
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.train import model as model_mod
 from cfmtrain.train.capacity import Capacity
 from cfmtrain.train.config import TrainConfig
-from cfmtrain.train.data import GraphDataset, make_loader, nested_subset
-from cfmtrain.train.distenv import DistEnv
 from cfmtrain.train.metrics import ErrorSums
-from cfmtrain.train.prefetch import BatchLoader
 from cfmtrain.train.sampling import make_train_sampler
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     for noise in ("The TorchScript type system", "`torch.jit.script` is deprecated"):
         warnings.filterwarnings("ignore", message=noise)
 
-    from cfmtrain.train import distenv
+    from cfmtrain.dist import distenv
     from cfmtrain.train.loop import StopFlag
 
     overrides = list(args.overrides) + ([f"variant={args.variant}"] if args.variant else [])

@@ -20,8 +20,9 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from cfmtrain.dist import contention
 from cfmtrain.train import checkpoint as ckpt
-from cfmtrain.train import contention, summary
+from cfmtrain.train import summary
 from cfmtrain.train.build import Run
 from cfmtrain.train.config import TrainConfig
 from cfmtrain.train.loop import StopFlag, evaluate, train_epoch, world_size

@@ -31,7 +31,7 @@ class SourceKeys:
     energy: str = "REF_energy"
     forces: str = "REF_forces"
     stress: str | None = "REF_stress"
-    stress_unit: str = "eV/A^3"  # see cfmtrain.data.convert.STRESS_UNITS
+    stress_unit: str = "eV/A^3"  # see cfmtrain.readers.options.STRESS_UNITS
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 from ase.data import atomic_numbers
 
-from cfmtrain.data.convert import RawFrame, ReadOptions
+from cfmtrain.frames.validate import RawFrame
+from cfmtrain.readers.options import ReadOptions
 
 # Energy: MACE-MP-0 was trained on extxyz files whose `energy` is `uncorrected_total_energy`
 # (Matbench Discovery, models/mace/json_to_extxyz.py by Y. Chiang: atoms.info["energy"] =
@@ -28,7 +29,7 @@ DEFAULT_ENERGY_KEY = "uncorrected_total_energy"
 # (ase/io/vasp.py: `stress *= -0.1 * GPa`), Matbench Discovery's SevenNet MPtrj converter
 # (`kbar_to_evpa3 = -0.1 * ase.units.GPa`), and CHGNet/M3GNet (MPtrj stress * -0.1 -> GPa, see
 # CederGroupHub/chgnet#228 and materialsvirtuallab/m3gnet#2). The unit name is "kBar-vasp" in
-# cfmtrain.data.convert.STRESS_UNITS.
+# cfmtrain.readers.options.STRESS_UNITS.
 MPTRJ_OPTIONS = ReadOptions(energy_key=DEFAULT_ENERGY_KEY, forces_key="force",
                             stress_key="stress", stress_unit="kBar-vasp")
 KEPT_INFO = ("uncorrected_total_energy", "corrected_total_energy")

@@ -21,8 +21,8 @@ from ase import Atoms
 from ase.data import atomic_numbers, chemical_symbols
 
 from cfmtrain.atomic import atomic_path
-from cfmtrain.data.own_keys import LabelKeys, find, held_keys
-from cfmtrain.data.validate import InvalidFrameError
+from cfmtrain.frames.keys import LabelKeys, find, held_keys
+from cfmtrain.frames.validate import InvalidFrameError
 
 TRAINING_METHODS = ("fit", "average")  # computed by training, nothing written here
 E0S_FILE = "e0s.json"

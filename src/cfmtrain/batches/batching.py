@@ -14,19 +14,27 @@ precomputed 12 or 24).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
 from mace.data import AtomicData
 from mace.tools.torch_geometric.batch import Batch
 
+from cfmtrain.batches.cells import cell_rows, graph_extent
+from cfmtrain.batches.store_arrays import STORED, StoreArrays
 from cfmtrain.kernels.backend import load_ops
-from cfmtrain.train.cells import cell_rows, graph_extent
-from cfmtrain.train.store_arrays import STORED, StoreArrays
 
-if TYPE_CHECKING:
-    from cfmtrain.train.data import GraphDataset
+
+class GraphDataset(Protocol):
+    """What batch assembly reads of a dataset (cfmtrain.batches.data.GraphDataset)."""
+
+    cutoff: float
+    dtype: torch.dtype
+    use_stress: bool
+    indices: np.ndarray
+    z_to_index: np.ndarray
+    z_table: object
 
 load_ops("cfmtrain._ops_batch_assembly")
 

@@ -1,16 +1,15 @@
 """Extxyz frames with MACE's keys (REF_energy, REF_forces, REF_stress, config_type).
 
-Labelling a structure, writing frames round-robin into shards through `atomic_path`, and
-reading extxyz with errors that name the file, the frame and the line (`iter_extxyz`).
+Labelling a structure, writing frames round-robin into extxyz files through `atomic_path` (the
+one extxyz writer), and reading extxyz with errors that name the file, the frame and the line
+(`iter_extxyz`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -22,7 +21,7 @@ from ase.data import atomic_numbers
 from ase.io.extxyz import key_val_str_to_dict, parse_properties
 
 from cfmtrain.atomic import atomic_path
-from cfmtrain.data.validate import InvalidFrameError, Problem
+from cfmtrain.frames.validate import InvalidFrameError, Problem
 
 ENERGY_KEY, FORCES_KEY, STRESS_KEY, CONFIG_TYPE_KEY = (
     "REF_energy", "REF_forces", "REF_stress", "config_type")
@@ -57,43 +56,12 @@ def mace_frame(
     return frame
 
 
-def sha256_file(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def write_shards(frames: Iterable[Atoms], paths: list[Path]) -> list[int]:
+    """Write labelled `frames` (unchecked: a generator's own) round-robin into the extxyz files
+    `paths`, each atomically.
 
-
-def unique_files(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], dict[Path, str]]:
-    """`paths` without repeats: one file listed under several spellings (a/x.xyz, a/../a/x.xyz,
-    a symlink) or two files of identical content are read once, the first listed kept, and a
-    warning names the others. Returns (the kept paths, their sha256 by path)."""
-    kept: list[Path] = []
-    digests: dict[Path, str] = {}
-    seen: dict[str, Path] = {}  # real path or content hash -> the kept path
-    for path in map(Path, paths):
-        real = os.path.realpath(path)
-        if real in seen:
-            warnings.warn(f"{path}: the same file as {seen[real]}; read once", stacklevel=2)
-            continue
-        digest = sha256_file(path)
-        if digest in seen:
-            warnings.warn(f"{path}: the same content as {seen[digest]}; read once",
-                          stacklevel=2)
-            continue
-        seen[real] = seen[digest] = path
-        kept.append(path)
-        digests[path] = digest
-    return kept, digests
-
-
-def write_shards(frames: Iterable[Atoms], paths: list[Path]) -> list[dict]:
-    """Write `frames` round-robin into the extxyz files `paths`, each atomically.
-
-    Returns one record per shard: {"file", "frames", "sha256"}. Nothing appears under the
-    final names unless every frame was written.
+    Returns the frames written per shard. Nothing appears under the final names unless every
+    frame was written (an error raised by `frames` renames nothing).
     """
     counts = [0] * len(paths)
     with contextlib.ExitStack() as stack:
@@ -104,8 +72,8 @@ def write_shards(frames: Iterable[Atoms], paths: list[Path]) -> list[dict]:
             ase.io.write(handles[k], frame, format="extxyz")
             counts[k] += 1
     # the stack closed each handle before its atomic_path renamed it (last in, first out)
-    return [{"file": p.name, "frames": n, "sha256": sha256_file(p)}
-            for p, n in zip(paths, counts, strict=True)]
+    return counts
+
 
 
 # ---------------------------------------------------------------- reading

@@ -24,8 +24,9 @@ from ase.stress import voigt_6_to_full_3x3_stress
 from tqdm import tqdm
 
 from cfmtrain.atomic import atomic_path
-from cfmtrain.data.extxyz import mace_frame, write_shards
-from cfmtrain.data.mini_structures import BUILDERS, TIP3P_RC, closest_contact
+from cfmtrain.digest import file_digest
+from cfmtrain.frames.extxyz import mace_frame, write_shards
+from cfmtrain.sources.mini_structures import BUILDERS, TIP3P_RC, closest_contact
 
 GENERATOR_VERSION = "1"
 DEFAULT_GRAPHS = 1000  # graphs at scale 1
@@ -172,7 +173,9 @@ def generate_mini(
             per_subset[frame.info["config_type"]] += 1
             yield frame
 
-    shards = write_shards(counted(), paths)
+    counts = write_shards(counted(), paths)
+    shards = [{"file": p.name, "frames": n, "sha256": file_digest(p)}
+              for p, n in zip(paths, counts, strict=True)]
     manifest = {
         "dataset": "mini", "generator_version": GENERATOR_VERSION, "ase_version": ase.__version__,
         "seed": int(seed), "scale": float(scale), "num_shards": len(paths),

@@ -20,7 +20,7 @@ import numpy as np
 from ase import Atoms
 from ase.stress import voigt_6_to_full_3x3_stress
 
-from cfmtrain.data.validate import MIN_ABS_DET, RawFrame
+from cfmtrain.frames.validate import MIN_ABS_DET, RawFrame
 
 FIELDS = ("energy", "forces", "stress", "virial", "weight", "config_type")
 DEFAULT_NAMES: dict[str, tuple[str, ...]] = {

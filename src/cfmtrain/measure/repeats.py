@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from cfmtrain.atomic import atomic_path
-from cfmtrain.launch import run_child, summary_written
-from cfmtrain.train import contention
+from cfmtrain.dist import contention
+from cfmtrain.dist.launch import run_child, summary_written
 
 # A repeat's outputs that the cell's folder keeps at its top level (readers of a cell use them).
 PUBLISHED = ("final.model", "steps.csv", "epochs.csv", "test_mae.csv", "config.json")

@@ -167,8 +167,8 @@ def interleaved(cfg: TrainConfig, graphs: list[Path], split: Path, rounds: int) 
     from mace.tools.train import take_step
     from torch_ema import ExponentialMovingAverage
 
+    from cfmtrain.dist.distenv import DistEnv
     from cfmtrain.train.build import build_run, param_groups
-    from cfmtrain.train.distenv import DistEnv
     from cfmtrain.train.loop import train_step
     from cfmtrain.train.metrics import StepTimes
     from cfmtrain.train.model import z_table_of
@@ -224,9 +224,9 @@ def run(args: argparse.Namespace) -> int:
     """Run both trainings one after the other and write the comparison."""
     import torch
 
+    from cfmtrain.dist.distenv import available_cpus
     from cfmtrain.graphs.store import GraphStore
     from cfmtrain.train.build import load_parts
-    from cfmtrain.train.distenv import available_cpus
 
     cfg = load_config(args.config, [*args.overrides, "variant=baseline", "progress=false",
                                     "measure_straggler=false"])
@@ -268,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m cfmtrain.train.baseline_check",
+    parser = argparse.ArgumentParser(prog="python -m cfmtrain.bench.baseline_check",
                                      description=__doc__.splitlines()[0])
     add_arguments(parser)
     sys.exit(run(parser.parse_args()))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import email.message
-import hashlib
 import http.client
 import json
 import os
@@ -26,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.digest import CHUNK, file_digest, new_hasher
 
-CHUNK = 1 << 20
 TRANSIENT_HTTP = {408, 425, 429, 500, 502, 503, 504}
 TRANSIENT_ERRORS = (
     urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError, OSError,
@@ -43,24 +42,9 @@ class _Transient(Exception):
     """A failure worth retrying (connection cut, timeout, 5xx)."""
 
 
-def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
-    """Hex digest of a file, read in chunks."""
-    h = _hasher(algorithm)
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            h.update(block)
-    return h.hexdigest()
-
-
 def sidecar_path(dest: Path) -> Path:
     """Where the recorded sha256 of `dest` lives (`<file>.sha256`, sha256sum format)."""
     return dest.with_name(dest.name + ".sha256")
-
-
-def _hasher(algorithm: str):
-    if algorithm not in hashlib.algorithms_guaranteed:
-        raise ValueError(f"unknown checksum algorithm {algorithm!r} (use sha256 or md5)")
-    return hashlib.new(algorithm)
 
 
 def _read_sidecar(dest: Path) -> str | None:
@@ -167,7 +151,7 @@ def _expected_checksum(dest: Path, checksum: str | None, algorithm: str) -> tupl
     if checksum is not None:
         if ":" in checksum:  # "md5:abc..." form
             algorithm, checksum = checksum.split(":", 1)
-        _hasher(algorithm)
+        new_hasher(algorithm)
         return checksum.strip().lower(), algorithm
     return _read_sidecar(dest), "sha256"
 
@@ -302,7 +286,7 @@ def _fetch(job: _Job) -> tuple[str, bool]:
             start = 0
             total = int(length) if length is not None else None
             _save_meta(job, headers, total)
-        hasher = _hasher(job.algorithm)
+        hasher = new_hasher(job.algorithm)
         if start:
             _hash_prefix(job.part, hasher)
         received = _stream(response, job, start, total, hasher)
@@ -402,7 +386,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Download a registered data set (or one URL); manual sets print their instructions."""
-    from cfmtrain.data.registry import DATASETS, get_dataset
+    from cfmtrain.sources.registry import DATASETS, get_dataset
 
     if args.list:
         for entry in DATASETS.values():

@@ -13,11 +13,11 @@ import torch
 from mace.data import AtomicData
 from mace.tools import AtomicNumberTable
 
+from cfmtrain.batches.batching import BatchAssembler
+from cfmtrain.batches.cells import cell_fields, edge_shifts, graph_extent, molecule_cells
+from cfmtrain.batches.prefetch import BatchLoader, resolve_workers
+from cfmtrain.batches.store_arrays import store_arrays
 from cfmtrain.graphs.store import GraphStore
-from cfmtrain.train.batching import BatchAssembler
-from cfmtrain.train.cells import cell_fields, edge_shifts, graph_extent, molecule_cells
-from cfmtrain.train.prefetch import BatchLoader, resolve_workers
-from cfmtrain.train.store_arrays import store_arrays
 
 
 def nested_subset(indices: np.ndarray, subsets: np.ndarray, fraction: float, seed: int

@@ -78,7 +78,7 @@ def _subset_notes(dataset: str) -> dict[str, str]:
     """Per-subset notes (e.g. stand-in chemistry of the embedded `mini` set)."""
     if not dataset.startswith("mini"):
         return {}
-    from cfmtrain.data.mini import SUBSETS
+    from cfmtrain.sources.mini import SUBSETS
 
     return {s.name: f"stand-in: {s.description}" if s.stand_in else s.description
             for s in SUBSETS.values()}

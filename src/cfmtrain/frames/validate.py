@@ -16,7 +16,7 @@ from ase import Atoms
 from ase.stress import voigt_6_to_full_3x3_stress
 
 MIN_DISTANCE = 0.1  # Angstrom: closer atoms are an error
-# The overlap search runs vesin (cfmtrain.graphs.neighbors) at this radius and keeps pairs below
+# The overlap search runs vesin (cfmtrain.frames.neighbors) at this radius and keeps pairs below
 # MIN_DISTANCE: vesin bins space by its cutoff, and 0.1 A bins make it ~20-1000x slower (88 ms
 # vs 4 ms for 768 atoms of water).
 OVERLAP_SEARCH_RADIUS = 2.0
@@ -311,7 +311,7 @@ def check_frame(frame: RawFrame, check_overlap: bool = True,
 
 def _overlap(frame: RawFrame) -> Problem | None:
     """Atoms (or an atom and a periodic image) closer than MIN_DISTANCE."""
-    from cfmtrain.graphs.neighbors import neighbor_pairs
+    from cfmtrain.frames.neighbors import neighbor_pairs
 
     if len(frame.numbers) < 2 and not np.any(frame.pbc):
         return None

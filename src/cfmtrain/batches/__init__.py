@@ -1,0 +1,1 @@
+"""Batches: a GraphStore's graphs as mace-torch Batches, per rank, with prefetching."""

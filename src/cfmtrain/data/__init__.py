@@ -1,1 +1,0 @@
-"""Data sets: the embedded `mini` generator, the registry of real sets, downloads, converters."""

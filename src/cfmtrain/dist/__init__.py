@@ -1,0 +1,1 @@
+"""Distribution: ranks from torchrun/Slurm environments, launching them, and contention checks."""

@@ -1,0 +1,1 @@
+"""Measurement: an ablation cell's repeated training runs (`cfmtrain cell`)."""

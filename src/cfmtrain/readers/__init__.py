@@ -1,0 +1,1 @@
+"""Readers: one per input format (extxyz, ASE db and trajectories, MPtrj JSON), frames out."""

@@ -1,0 +1,201 @@
+"""Frames written as the pipeline's extxyz shards (`frames_0000.extxyz`, ...) with MACE's keys,
+round-robin, plus `manifest.json`, written last. A conversion's outputs are staged in a hidden
+folder and replace the previous ones only when the whole conversion succeeded: a failed
+re-convert leaves the previous good output as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+from ase import Atoms
+from tqdm import tqdm
+
+from cfmtrain import crash
+from cfmtrain.digest import file_digest
+from cfmtrain.frames.extxyz import write_shards as write_extxyz_shards
+from cfmtrain.frames.validate import (
+    LIMITS,
+    InvalidFrameError,
+    Limits,
+    RawFrame,
+    check_frame,
+    format_problem,
+    frame_labels,
+)
+
+SHARD_NAME = "frames_{:04d}.extxyz"
+MANIFEST = "manifest.json"
+OUTPUT_GLOBS = ("frames_*.extxyz", "e0s.json", MANIFEST)  # what a conversion writes
+
+
+def build_atoms(frame: RawFrame, config_type: str) -> Atoms:
+    """The checked frame as ase.Atoms with MACE's keys (REF_energy, REF_forces, REF_stress)."""
+    energy, forces, stress = frame_labels(frame)
+    atoms = Atoms(numbers=frame.numbers, positions=frame.positions, cell=frame.cell,
+                  pbc=frame.pbc)
+    atoms.info.update(frame.info)
+    atoms.info["REF_energy"] = energy
+    if stress is not None:
+        atoms.info["REF_stress"] = stress
+    atoms.info.setdefault("config_type", config_type)  # own data's frames keep their own
+    atoms.arrays["REF_forces"] = forces
+    for key, value in frame.arrays.items():
+        atoms.arrays[key] = np.asarray(value)
+    return atoms
+
+
+class Staging:
+    """A conversion's new outputs, written into a hidden folder inside `output_dir` and moved
+    over the previous ones by `commit` (the old manifest first goes, the new one comes last);
+    outputs of the previous conversion that this one did not write (frames_*.extxyz beyond the
+    new shard count, e0s.json) are then removed."""
+
+    def __init__(self, output_dir: str | os.PathLike) -> None:
+        self.output_dir = Path(output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.output_dir.glob(".staging-*"):  # of a conversion killed outright
+            if not _alive(stale.name.removeprefix(".staging-")):
+                shutil.rmtree(stale, ignore_errors=True)
+        self.folder = self.output_dir / f".staging-{os.getpid()}"
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir()
+        crash.leftover(self.folder)
+
+    def commit(self) -> None:
+        """Put the staged outputs in place of the previous conversion's."""
+        new = sorted(p.name for p in self.folder.iterdir())
+        (self.output_dir / MANIFEST).unlink(missing_ok=True)
+        for name in sorted(new, key=lambda n: n == MANIFEST):  # the manifest last
+            os.replace(self.folder / name, self.output_dir / name)
+        for pattern in OUTPUT_GLOBS:
+            for old in self.output_dir.glob(pattern):
+                if old.name not in new:
+                    old.unlink()
+        self.folder.rmdir()
+
+    def discard(self) -> None:
+        """Drop the staged outputs (the previous ones stay)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _alive(pid: str) -> bool:
+    """True if process `pid` (text) exists on this machine."""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def staged_outputs(output_dir: str | os.PathLike) -> Iterator[Path]:
+    """Yield a staging folder; its files replace the conversion outputs in `output_dir` only if
+    the block succeeds, else they are dropped and the previous outputs stay as they were."""
+    staging = Staging(output_dir)
+    try:
+        yield staging.folder
+    except BaseException:
+        staging.discard()
+        raise
+    staging.commit()
+
+
+def write_shards(frames: Iterable[RawFrame], output_dir: str | os.PathLike, num_shards: int,
+                 config_type: str, skip_invalid: bool = False,
+                 progress: bool = True, limits: Limits = LIMITS) -> dict:
+    """Check each frame and write the valid ones round-robin into `num_shards` extxyz files.
+
+    Returns the counts for the manifest. An invalid frame raises InvalidFrameError (no shard is
+    left behind) unless `skip_invalid`, which skips it and counts it per reason. Fewer valid
+    frames than shards is an error: an empty shard would give an empty graph shard.
+    `output_dir` is written as it is (convert passes a staging folder).
+    """
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    skipped: Counter[str] = Counter()
+    examples: list[str] = []
+
+    def valid() -> Iterator[Atoms]:
+        written = 0
+        with tqdm(unit=" frames", disable=not progress, desc=config_type) as bar:
+            for frame in frames:
+                bar.update(1)
+                crash.at("checking frames", frame.source, frame.index)
+                problem = check_frame(frame, limits=limits)
+                if problem is None:
+                    written += 1
+                    yield build_atoms(frame, config_type)
+                    continue
+                if not skip_invalid:
+                    raise InvalidFrameError(frame.source, frame.index, *problem)
+                skipped[problem[0]] += 1
+                if len(examples) < 20:
+                    examples.append(format_problem(frame.source, frame.index, *problem))
+        if written < num_shards:  # raised inside the writer: no shard is renamed into place
+            raise ValueError(f"{written} valid frame(s) for {num_shards} shards "
+                             f"({sum(skipped.values())} skipped: {dict(skipped)}): every shard "
+                             "needs a frame; use fewer shards")
+
+    per_shard = write_extxyz_shards(
+        valid(), [output_dir / SHARD_NAME.format(k) for k in range(num_shards)])
+    return {"frames": sum(per_shard), "frames_per_shard": per_shard,
+            "skipped": sum(skipped.values()), "skipped_by_reason": dict(sorted(skipped.items())),
+            "skipped_examples": examples}
+
+
+def unique_files(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], dict[Path, str]]:
+    """`paths` without repeats: one file listed under several spellings (a/x.xyz, a/../a/x.xyz,
+    a symlink) or two files of identical content are read once, the first listed kept, and a
+    warning names the others. Returns (the kept paths, their sha256 by path)."""
+    kept: list[Path] = []
+    digests: dict[Path, str] = {}
+    seen: dict[str, Path] = {}  # real path or content hash -> the kept path
+    for path in map(Path, paths):
+        real = os.path.realpath(path)
+        if real in seen:
+            warnings.warn(f"{path}: the same file as {seen[real]}; read once", stacklevel=2)
+            continue
+        digest = file_digest(path)
+        if digest in seen:
+            warnings.warn(f"{path}: the same content as {seen[digest]}; read once",
+                          stacklevel=2)
+            continue
+        seen[real] = seen[digest] = path
+        kept.append(path)
+        digests[path] = digest
+    return kept, digests
+
+
+def manifest(head: dict, files: list[Path], digests: dict[Path, str], options: dict,
+             limits: Limits, num_shards: int, counts: dict) -> dict:
+    """A conversion's manifest: `head` (data set, kind), its input files with sizes and sha256,
+    the read `options`, the label limits, the shard names and the writer's counts."""
+    return {**head,
+            "sources": [{"path": str(p), "bytes": p.stat().st_size, "sha256": digests[p]}
+                        for p in files],
+            **options, "limits": limits_record(limits), "num_shards": num_shards,
+            "shards": [SHARD_NAME.format(k) for k in range(num_shards)], **counts}
+
+
+def write_manifest(folder: Path, record: dict) -> None:
+    """`manifest.json` into the staging `folder` (a conversion's last file)."""
+    (folder / MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def limits_record(limits: Limits) -> dict[str, float]:
+    """The label limits, for manifests."""
+    return {"max_energy_per_atom": limits.max_energy_per_atom, "max_force": limits.max_force,
+            "max_stress": limits.max_stress}
