@@ -9,6 +9,19 @@ holds `slice` objects. mace-torch avoids that by setting TORCH_FORCE_NO_WEIGHTS_
 the whole process when `mace` is imported. cfmtrain allows the `slice` builtin (inert: it runs
 no code) to torch's weights-only unpickler only while that one e3nn module runs, through an
 import hook for just that module, so nothing gets imported early and no global switch is set.
+
+Imports inside functions: cfmtrain's modules import each other at the top, except these (each
+import marked `# lazy:`), which keep heavy libraries out of processes that do not use them:
+- cli.py, bench/cli.py: only the chosen command's module is imported (importlib).
+- balance/__init__.py, graphs/__init__.py: attributes loaded on first use (torch; h5py, torch).
+- balance/report.py, graphs/split.py, graphs/stats.py, plots/sizes.py, plots/graphs_per_rank.py,
+  simulate/sizes.py: GraphStore (h5py; torch through vesin): light commands start without them.
+- frames/validate.py: frames.neighbors (vesin imports torch): `convert`, `generate` stay light.
+- config_check.py, simulate/cli.py: train.model (mace, e3nn: seconds) only to check or build one.
+- measure/repeats.py: train.checkpoint, train.summary (torch) once `cell`'s arguments are checked.
+- bench/kernels.py (its children run it), bench/kernels_worker.py, bench/md_worker.py: a child
+  loads only what it times (its peak RSS is a result): no cfmtrain op library in mace-torch's
+  reference runs, no model or pandas in the matmul peak's.
 """
 
 from __future__ import annotations

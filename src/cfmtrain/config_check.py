@@ -92,7 +92,7 @@ def check_workflow_config(config: dict, library_checks: bool = True,
                                 .encode()).hexdigest()
         stamp = Path(passed) / f"model-{digest[:24]}"
     if library_checks and not (stamp and stamp.exists()):
-        from cfmtrain.train.model import check_model_config
+        from cfmtrain.train.model import check_model_config  # lazy: mace, e3nn (seconds)
 
         try:
             check_model_config(cfg.model)

@@ -18,7 +18,7 @@ rule train_cell:
         "benchmarks/train/{trainset}/{variant}/r{ranks}.tsv"
     wildcard_constraints:
         trainset=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-        variant="|".join(TRAIN_VARIANTS),
+        variant="|".join(VARIANTS),
         ranks=r"[1-9]\d*",
     params:
         graphs=train_graphs,

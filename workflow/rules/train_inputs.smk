@@ -5,7 +5,6 @@ import json
 import os
 
 TRAIN = config["train"]
-TRAIN_VARIANTS = ("baseline", "balancer", "kernel", "both", "matched")
 
 
 def train_base(trainset):

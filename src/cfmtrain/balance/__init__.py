@@ -37,7 +37,7 @@ __all__ = [
 def __getattr__(name: str):
     """The sampler imports torch: load it only when asked for."""
     if name in ("DistributedBinPackSampler", "PaddingWeightedDataset"):
-        from cfmtrain.balance import sampler
+        from cfmtrain.balance import sampler  # lazy: torch
 
         return getattr(sampler, name)
     raise AttributeError(f"module 'cfmtrain.balance' has no attribute {name!r}")

@@ -101,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read the store's size table, write the table."""
-    from cfmtrain.graphs.store import GraphStore
+    from cfmtrain.graphs.store import GraphStore  # lazy: h5py, torch; light command
 
     store = GraphStore(args.graphs if len(args.graphs) > 1 else args.graphs[0])
     sizes = graph_costs(store.num_atoms, store.num_edges, args.measure, args.a, args.b)

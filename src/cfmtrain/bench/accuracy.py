@@ -30,8 +30,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cfmtrain.bench.accuracy_figure import draw
 from cfmtrain.bench.accuracy_runs import MACE, Bench, run_cfmtrain, run_mace
 from cfmtrain.bench.table import report
+from cfmtrain.dist.distenv import available_cpus
+from cfmtrain.graphs.store import GraphStore
+from cfmtrain.train.build import load_parts
+from cfmtrain.train.config import load_config, to_dict
+from cfmtrain.train.summary import write_json
 
 RUNS = ("baseline", "both", MACE)
 # Model sizes and epochs; every other training setting is the config's default. goals is the
@@ -274,11 +280,6 @@ def run_seed(args: argparse.Namespace, seed: int, store, graphs: list[Path], wor
     """The three runs of one seed in work/: (their curves, their summary, facts for the JSON);
     a cfmtrain run short of mace_run_train's final force MAE trains up to --extra-epochs more.
     A seed finished before with the same settings (work/seed.json) is taken as it is."""
-    from cfmtrain.dist.distenv import available_cpus
-    from cfmtrain.train.build import load_parts
-    from cfmtrain.train.config import load_config, to_dict
-    from cfmtrain.train.summary import write_json
-
     key = seed_key(args, seed, store, args.threads or available_cpus())
     done = finished_seed(work, key)
     if done is not None:
@@ -329,10 +330,6 @@ def run_seed(args: argparse.Namespace, seed: int, store, graphs: list[Path], wor
 def run(args: argparse.Namespace) -> int:
     """Train the three runs per seed, write the curves, the summaries and the figure, state the
     goals."""
-    from cfmtrain.bench.accuracy_figure import draw
-    from cfmtrain.graphs.store import GraphStore
-    from cfmtrain.train.summary import write_json
-
     graphs = args.graphs or [Path("results/graphs") / args.dataset]
     args.split_path = args.split or graphs[0] / "split.npz"
     name = args.name or f"{args.dataset or graphs[0].resolve().name}_{args.preset}"

@@ -34,6 +34,7 @@ from cfmtrain.bench.baseline_check import (
     subprocess_env,
 )
 from cfmtrain.train.config import TrainConfig, to_dict
+from cfmtrain.train.model import stats_of
 
 MACE = "mace_run_train"
 MACE_NAME = "accuracy"  # mace_run_train's --name
@@ -71,8 +72,6 @@ class RunResult:
 def model_e0s(path: Path) -> dict[int, float]:
     """{Z: E0 in eV} of a saved mace-torch model (a full pickle written by this benchmark)."""
     import torch
-
-    from cfmtrain.train.model import stats_of
 
     stats = stats_of(torch.load(path, map_location="cpu", weights_only=False))
     return dict(zip(stats.zs, stats.e0s, strict=True))

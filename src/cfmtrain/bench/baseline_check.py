@@ -20,8 +20,14 @@ import numpy as np
 import yaml
 
 from cfmtrain.bench.table import report
+from cfmtrain.dist.distenv import DistEnv, available_cpus
+from cfmtrain.graphs.store import GraphStore
 from cfmtrain.malloc_env import MALLOC_ENV
+from cfmtrain.train.build import build_run, load_parts, param_groups
 from cfmtrain.train.config import TrainConfig, load_config, to_dict
+from cfmtrain.train.loop import train_step
+from cfmtrain.train.metrics import StepTimes
+from cfmtrain.train.model import z_table_of
 from cfmtrain.train.summary import write_json
 
 TOLERANCE = 0.10
@@ -167,12 +173,6 @@ def interleaved(cfg: TrainConfig, graphs: list[Path], split: Path, rounds: int) 
     from mace.tools.train import take_step
     from torch_ema import ExponentialMovingAverage
 
-    from cfmtrain.dist.distenv import DistEnv
-    from cfmtrain.train.build import build_run, param_groups
-    from cfmtrain.train.loop import train_step
-    from cfmtrain.train.metrics import StepTimes
-    from cfmtrain.train.model import z_table_of
-
     run = build_run(cfg, graphs[0] if len(graphs) == 1 else graphs, split, Path("."),
                     DistEnv(cpus_per_task=torch.get_num_threads()), torch.device("cpu"))
     model = copy.deepcopy(run.model)
@@ -223,10 +223,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run both trainings one after the other and write the comparison."""
     import torch
-
-    from cfmtrain.dist.distenv import available_cpus
-    from cfmtrain.graphs.store import GraphStore
-    from cfmtrain.train.build import load_parts
 
     cfg = load_config(args.config, [*args.overrides, "variant=baseline", "progress=false",
                                     "measure_straggler=false"])

@@ -15,6 +15,11 @@ from pathlib import Path
 import numpy as np
 from ase import Atoms
 
+from cfmtrain.bench.table import report
+from cfmtrain.graphs.build import build_graphs
+from cfmtrain.graphs.store import GraphStore, write_shard
+from cfmtrain.sources.mini import iter_mini_frames
+
 # copies: the generated structures are repeated so that a shard holds as many graphs as a real
 # one would and per-file costs are amortised as they are in the pipeline (same input for all)
 PRESETS = {"quick": {"scale": 0.1, "copies": 5, "repeats": 5},
@@ -51,9 +56,6 @@ def _vesin(frames: list[Atoms], cutoff: float) -> int:
 
 def _end_to_end(frames: list[Atoms], cutoff: float) -> int:
     import collections
-
-    from cfmtrain.graphs.build import build_graphs
-    from cfmtrain.graphs.store import GraphStore, write_shard
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "shard_0000.h5"
@@ -105,9 +107,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Generate the `mini` structures in memory, time every method, print and write the table."""
-    from cfmtrain.bench.table import report
-    from cfmtrain.sources.mini import iter_mini_frames
-
     preset = PRESETS[args.preset]
     distinct = list(iter_mini_frames(scale=preset["scale"], seed=0))
     frames = distinct * preset["copies"]

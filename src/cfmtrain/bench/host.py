@@ -21,6 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
+from cfmtrain.bench.table import report
 from cfmtrain.dist.contention import (
     PROBE_CALLS,
     PROBE_GATHERS,
@@ -57,8 +58,6 @@ def spread(walls: list[float]) -> dict[str, float]:
 def run(args: argparse.Namespace) -> int:
     """Time the probes, write the CSV, print the verdict; 1 if the host is unsteady."""
     import torch
-
-    from cfmtrain.bench.table import report
 
     if args.probes < 2 or min(args.calls, args.size, args.gathers, args.rows) < 1:
         raise SystemExit("cfmtrain bench host: --probes must be >= 2, --calls, --size, "

@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 
 from cfmtrain.bench.kernels import CHILD_ENV, PASSES, PRESETS, _configs, _rel_diff
+from cfmtrain.bench.kernels_worker import setup, time_step
+from cfmtrain.bench.table import report
 from cfmtrain.kernels import isa
 from cfmtrain.malloc_env import MALLOC_ENV
 
@@ -95,8 +97,6 @@ def _summarise(runs: dict[tuple[int, str], list[dict]], configs: list[dict]) -> 
 
 def run(args: argparse.Namespace) -> int:
     """Run each fused configuration of the preset once per variant and round; write the CSV."""
-    from cfmtrain.bench.table import report
-
     if args.reps is not None and args.reps < 5:
         raise ValueError(f"--reps must be at least 5 (a median of >= 5), got {args.reps}")
     if args.rounds < 1:
@@ -122,8 +122,6 @@ def run(args: argparse.Namespace) -> int:
 
 def child(config: dict) -> int:
     """Time `config` in this process; print its result and the variant loaded as one JSON line."""
-    from cfmtrain.bench.kernels_worker import setup, time_step
-
     step, facts = setup(config)
     result = {**facts, **time_step(step, config["reps"]), "variant": isa.cpu_variant()}
     print(json.dumps(result), flush=True)

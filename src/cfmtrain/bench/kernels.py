@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from cfmtrain.bench.kernels_figure import plot_kernels
 from cfmtrain.malloc_env import MALLOC_ENV
 
 OPS = ("symmetric_contraction", "conv", "model")
@@ -230,7 +231,7 @@ COLUMNS = ["op", "model", "cg", "impl", "atoms", "edges", "dtype", "pass", "stat
 
 def run(args: argparse.Namespace) -> int:
     """Run every configuration of the preset, write the CSV and the figure."""
-    from cfmtrain.bench.table import report
+    from cfmtrain.bench.table import report  # lazy: not in the children (pandas)
 
     output = Path(args.output or f"results/bench/kernels_{args.preset}.csv")
     figure = Path(args.figure or f"results/figures/fig_kernels_{args.preset}.png")
@@ -247,8 +248,6 @@ def run(args: argparse.Namespace) -> int:
     _add_speedups(rows)
     report([{c: r.get(c) for c in COLUMNS} for r in rows], output,
            "Fused kernels vs mace-torch (median seconds per call)")
-    from cfmtrain.bench.kernels_figure import plot_kernels
-
     plot_kernels([r for r in rows if r["impl"] != "matmul-peak"], figure)
     return 0
 

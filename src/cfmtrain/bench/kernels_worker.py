@@ -22,7 +22,10 @@ import numpy as np
 import torch
 from e3nn import o3
 
+from cfmtrain.atomic import atomic_path
 from cfmtrain.bench import WARMUP_CALLS
+from cfmtrain.bench.flops import count_flops
+from cfmtrain.train.config import ModelConfig
 
 R_MAX = 4.5
 ZS = [28, 29]
@@ -55,8 +58,7 @@ def supercell(num_atoms: int, seed: int = 0):
 def paper_model(dtype: torch.dtype, reduced_cg: bool, for_compile: bool = False,
                 size: str = "paper") -> torch.nn.Module:
     """The project's ScaleShiftMACE at the paper's size (or `size` of MODELS), seed 0."""
-    from cfmtrain.train.config import ModelConfig
-    from cfmtrain.train.model import DataStats, build_model
+    from cfmtrain.train.model import DataStats, build_model  # lazy: matmul child: no model
 
     stats = DataStats(zs=ZS, e0s=[-5.0, -4.0], avg_num_neighbors=39.0, mean=0.0, std=1.0)
     previous = torch.get_default_dtype()
@@ -86,11 +88,10 @@ def cached_model(config: dict, fused: bool) -> torch.nn.Module:
     else:
         model = paper_model(dtype, reduced, size=size)
         if path is not None:
-            from cfmtrain.atomic import atomic_path
-
             with atomic_path(path) as tmp:
                 torch.save(model, tmp)
     if fused:
+        # lazy: only fused runs load cfmtrain's op libraries
         from cfmtrain.kernels import fuse_model
 
         fuse_model(model)
@@ -213,6 +214,7 @@ def conv_setup(model: torch.nn.Module, batch: dict, impl: str) -> tuple[list, li
     from mace.modules.utils import get_edge_vectors_and_lengths
     from mace.tools.scatter import scatter_sum
 
+    # lazy: only conv children (both implementations) load these op libraries
     from cfmtrain.kernels.conv import FusedChannelwiseConv
     from cfmtrain.kernels.radial import FoldedRadialMLP
 
@@ -249,6 +251,7 @@ def setup_model(config: dict, model: torch.nn.Module, batch: dict) -> tuple[Step
     """The whole model's step for `config` (fused, mace or torch.compile)."""
     params, facts = _named_params(model), {"backend": "mace-e3nn"}
     if config["impl"] in ("fused", "fused_compile"):
+        # lazy: only fused runs load cfmtrain's op libraries
         from cfmtrain.kernels import kernel_backend
 
         facts["backend"] = json.dumps(kernel_backend(model))
@@ -264,13 +267,12 @@ def setup_model(config: dict, model: torch.nn.Module, batch: dict) -> tuple[Step
 
 def setup_contraction(config: dict, model: torch.nn.Module, batch: dict) -> tuple[Step, dict]:
     """Both symmetric contractions' step, on seeded random features of the model's shape."""
-    from cfmtrain.train.config import ModelConfig
-
     modules = [p.symmetric_contractions for p in model.products]
     params = [p for m in modules for _, p in sorted(m.named_parameters())]
     num_nodes = batch["node_attrs"].shape[0]
     facts: dict = {"backend": "mace-e3nn"}
     if config["impl"] == "fused":
+        # lazy: only fused runs load cfmtrain's op libraries
         from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
 
         modules = [SymmetricContractionFused(m) for m in modules]
@@ -301,6 +303,7 @@ def setup(config: dict) -> tuple[Step, dict]:
     elif impl == "fused_compile":
         from mace.tools.compile import disable_e3nn_codegen
 
+        # lazy: only fused runs load cfmtrain's op libraries
         from cfmtrain.kernels import fuse_model, prepare_for_compile
 
         with disable_e3nn_codegen():
@@ -326,7 +329,7 @@ def setup_matmul(config: dict) -> tuple[Step, dict]:
     fastest library the fused ops' products use for that dtype (kernels.dense: oneDNN for
     float32, where it ran 2.4x MKL's sgemm on an AMD CPU and 1.4x the AVX-512 product of
     kernels/common/gemm.h at 2048^2; torch.matmul otherwise)."""
-    from cfmtrain.kernels.dense import onednn_mm
+    from cfmtrain.kernels.dense import onednn_mm  # lazy: only the matmul child loads it
 
     n = int(config["size"])
     gen = torch.Generator().manual_seed(0)
@@ -372,8 +375,6 @@ def main(config: dict) -> int:
         result.update(facts)
         result.update(time_step(step, config["reps"]))
         if config["impl"] == "fused":  # counted on one more, untimed, call
-            from cfmtrain.bench.flops import count_flops
-
             result["flops"] = count_flops(lambda: step(False))
         result["status"] = "ok"
     except Exception as error:  # any failure is a result of the benchmark, recorded as such

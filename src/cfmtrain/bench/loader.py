@@ -22,6 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
+from cfmtrain.batches.batching import BatchAssembler
+from cfmtrain.batches.data import GraphDataset
+from cfmtrain.batches.store_arrays import StoreArrays
+from cfmtrain.bench.table import report
+from cfmtrain.graphs.build import build_graphs
+from cfmtrain.graphs.store import GraphStore, write_shard
+from cfmtrain.sources.mini import iter_mini_frames
+from cfmtrain.train.model import store_elements
+
 PRESETS = {"quick": {"scale": 0.1, "repeats": 5, "former": False},
            "full": {"scale": 1.0, "repeats": 5, "former": True}}
 MINI_GRAPHS = Path("results/graphs/mini")
@@ -50,9 +59,6 @@ def methods(dataset, batches: list[list[int]], former: bool = True
     cfmtrain's former per-graph path)."""
     import torch
     from mace.tools.torch_geometric.dataloader import Collater, DataLoader
-
-    from cfmtrain.batches.batching import BatchAssembler
-    from cfmtrain.batches.store_arrays import StoreArrays
 
     memory = BatchAssembler(dataset, StoreArrays(dataset.store, budget=2**62))
     disk = BatchAssembler(dataset, StoreArrays(dataset.store, budget=0))
@@ -103,10 +109,6 @@ def open_dataset(store_path: Path | list[Path], dtype: str = "float32"):
     import torch
     from mace.tools import AtomicNumberTable
 
-    from cfmtrain.batches.data import GraphDataset
-    from cfmtrain.graphs.store import GraphStore
-    from cfmtrain.train.model import store_elements
-
     store = GraphStore(store_path)
     everything = np.arange(len(store))
     z_table = AtomicNumberTable(store_elements(store, everything).tolist())
@@ -116,10 +118,6 @@ def open_dataset(store_path: Path | list[Path], dtype: str = "float32"):
 
 def build_mini_store(folder: Path, scale: float, cutoff: float) -> Path:
     """A one-shard store of the generated `mini` structures at `scale`."""
-    from cfmtrain.graphs.build import build_graphs
-    from cfmtrain.graphs.store import write_shard
-    from cfmtrain.sources.mini import iter_mini_frames
-
     frames = list(iter_mini_frames(scale=scale, seed=0))
     write_shard(folder / "shard_0000.h5",
                 build_graphs(frames, "mini", cutoff, False, collections.Counter()), cutoff=cutoff)
@@ -146,8 +144,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Time every method on one core, print the table and the goal, write the CSV."""
     import torch
-
-    from cfmtrain.bench.table import report
 
     torch.set_num_threads(1)
     preset = PRESETS[args.preset]

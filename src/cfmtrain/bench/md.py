@@ -18,7 +18,10 @@ import json
 import sys
 from pathlib import Path
 
+from cfmtrain.atomic import atomic_path
+from cfmtrain.bench.kernels import memory_limit, run_child
 from cfmtrain.bench.md_worker import SHAPES, SYSTEMS
+from cfmtrain.bench.table import report
 
 IMPLS = ("fused", "mace")
 AXES = ("systems", "shapes", "atoms", "impls")
@@ -104,8 +107,6 @@ def plot_md(rows: list[dict], path: str | Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from cfmtrain.atomic import atomic_path
-
     systems = sorted({r["system"] for r in rows})
     fig, axes = plt.subplots(1, len(systems), figsize=(5 * len(systems), 3.8), squeeze=False)
     colors = {"fused": "tab:green", "mace": "tab:blue"}
@@ -136,9 +137,6 @@ def plot_md(rows: list[dict], path: str | Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run every configuration of the preset, write the CSV and the figure."""
-    from cfmtrain.bench.kernels import memory_limit, run_child
-    from cfmtrain.bench.table import report
-
     output = Path(args.output or f"results/bench/md_{args.preset}.csv")
     figure = Path(args.figure or f"results/figures/fig_md_{args.preset}.png")
     limit = memory_limit(args.memory_limit_gb)

@@ -118,6 +118,7 @@ def run_md(config: dict) -> dict:
     model = build_shape(config["shape"], dtype)
     backend = "mace"
     if config["impl"] == "fused":
+        # lazy: only fused runs load cfmtrain's op libraries
         from cfmtrain.kernels import fuse_model, kernel_backend
 
         fuse_model(model)

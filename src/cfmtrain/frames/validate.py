@@ -311,7 +311,7 @@ def check_frame(frame: RawFrame, check_overlap: bool = True,
 
 def _overlap(frame: RawFrame) -> Problem | None:
     """Atoms (or an atom and a periodic image) closer than MIN_DISTANCE."""
-    from cfmtrain.frames.neighbors import neighbor_pairs
+    from cfmtrain.frames.neighbors import neighbor_pairs  # lazy: vesin imports torch
 
     if len(frame.numbers) < 2 and not np.any(frame.pbc):
         return None

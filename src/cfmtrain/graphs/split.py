@@ -178,7 +178,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the split of the store's graphs; print and record the realised fractions."""
-    from cfmtrain.graphs.store import GraphStore, ShardError
+    from cfmtrain.graphs.store import GraphStore, ShardError  # lazy: h5py, torch; light command
 
     fractions = (args.valid, args.test)
     if args.valid + args.test >= 1:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.sources.mini import SUBSETS
 
 
 def subset_table(num_atoms: np.ndarray, num_edges: np.ndarray, subsets: np.ndarray,
@@ -60,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write Table 3 (CSV, Markdown)."""
-    from cfmtrain.graphs.store import GraphStore
+    from cfmtrain.graphs.store import GraphStore  # lazy: h5py, torch; light command
 
     store = GraphStore(args.graphs)
     notes = _subset_notes(args.name)
@@ -78,7 +79,5 @@ def _subset_notes(dataset: str) -> dict[str, str]:
     """Per-subset notes (e.g. stand-in chemistry of the embedded `mini` set)."""
     if not dataset.startswith("mini"):
         return {}
-    from cfmtrain.sources.mini import SUBSETS
-
     return {s.name: f"stand-in: {s.description}" if s.stand_in else s.description
             for s in SUBSETS.values()}

@@ -19,6 +19,7 @@ from cfmtrain.kernels.backend import (
     model_device,
 )
 from cfmtrain.kernels.conv import factor_radial_weights, fuse_convs, unfuse_convs
+from cfmtrain.kernels.cueq import SymmetricContractionCueq
 from cfmtrain.kernels.linear import fuse_linears, hand_messages_over, unfuse_linears
 from cfmtrain.kernels.radial import fold_radial_mlps, unfold_radial_mlps
 from cfmtrain.kernels.reshape import fuse_reshapes, unfuse_reshapes
@@ -59,8 +60,6 @@ def fuse_symmetric_contractions(model: torch.nn.Module, backend: str = CPU_FUSED
         if backend in (CPU_FUSED, REFERENCE):
             product.symmetric_contractions = SymmetricContractionFused(sc, backend)
         else:
-            from cfmtrain.kernels.cueq import SymmetricContractionCueq
-
             on_cuda = sc.contractions[0].weights_max.is_cuda
             method = "uniform_1d" if on_cuda else "naive"
             product.symmetric_contractions = SymmetricContractionCueq(sc, method=method)

@@ -224,8 +224,8 @@ def run(args: argparse.Namespace) -> int:
         folder = cell_command(command, args.repeats, args.remeasure, args.remeasure_seconds)
     except ValueError as err:
         raise SystemExit(f"cfmtrain cell: {err}") from None
-    from cfmtrain.train.checkpoint import CHECKPOINT, PREVIOUS  # (torch: only once checked)
-    from cfmtrain.train.summary import write_json
+    from cfmtrain.train.checkpoint import CHECKPOINT, PREVIOUS  # lazy: torch, once args are checked
+    from cfmtrain.train.summary import write_json  # lazy: torch, once args are checked
 
     for stale in (CHECKPOINT, PREVIOUS):  # of a run trained in the cell folder itself
         (folder / stale).unlink(missing_ok=True)

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from cfmtrain.atomic import atomic_path
+from cfmtrain.plots.cells import cells_table, speedup_table
+
 VARIANTS = ("baseline", "balancer", "kernel", "both")
 
 
@@ -39,8 +42,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def read_cells(results: Path) -> pd.DataFrame:
     """The ablation cells of one run's results folder as Figure 6's table (speed-ups over each
     group's baseline); a folder without cells is an error naming it."""
-    from cfmtrain.plots.cells import cells_table, speedup_table
-
     paths = sorted(p for p in results.glob("train/*/*/r*/summary.json")
                    if p.parts[-3] in VARIANTS)
     if not paths:
@@ -115,8 +116,6 @@ def run(args: argparse.Namespace) -> int:
               f"(limit {_shown(row.limit)})  {'ok' if row.passed else 'FAILED'}")
     failed = int((~checks.passed.astype(bool)).sum())
     if args.output:
-        from cfmtrain.atomic import atomic_path
-
         with atomic_path(args.output) as tmp:
             checks.to_csv(tmp, index=False)
     print(f"{len(checks) - failed} of {len(checks)} checks passed over {len(args.results)} "

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from cfmtrain.balance.costs import graph_costs
+from cfmtrain.balance.strategies import algorithm1, fixed_count
 from cfmtrain.plots.common import plt, save
 
 PANELS = ("fixed_count", "algorithm1")
@@ -39,9 +41,7 @@ def graphs_per_rank_table(graphs: list[str | Path], dataset: str, layout: Layout
     """One row per graph placed in the first `layout.steps` steps: panel (fixed_count or
     algorithm1), step, rank, graph (store index), subset, size, left (start of its rectangle),
     with the panel's capacity and size unit."""
-    from cfmtrain.balance.costs import graph_costs
-    from cfmtrain.balance.strategies import algorithm1, fixed_count
-    from cfmtrain.graphs.store import GraphStore
+    from cfmtrain.graphs.store import GraphStore  # lazy: h5py, torch; light command
 
     store = GraphStore(list(graphs), check_edges=False)
     sizes = graph_costs(store.num_atoms, store.num_edges, layout.measure, layout.a, layout.b)

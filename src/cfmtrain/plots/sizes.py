@@ -14,7 +14,7 @@ from cfmtrain.plots.common import plt, save
 def sizes_table(graphs: list[str | Path], dataset: str) -> pd.DataFrame:
     """One row per graph (store index): data set, subset, atoms, edges; subsets in the store's
     order."""
-    from cfmtrain.graphs.store import GraphStore
+    from cfmtrain.graphs.store import GraphStore  # lazy: h5py, torch; light command
 
     store = GraphStore(list(graphs), check_edges=False)
     names = np.asarray(store.subset_names, dtype=object)

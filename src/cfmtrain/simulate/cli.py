@@ -18,6 +18,7 @@ from cfmtrain.simulate.costmodel import BAND_LEVEL, CostModel, fit_cost_model
 from cfmtrain.simulate.runs import Run, load_runs
 from cfmtrain.simulate.simulator import scaling_table
 from cfmtrain.simulate.validate import cross_validate, variant_models
+from cfmtrain.train.config import TrainConfig, load_config
 
 DEFAULT_RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 740, 1024)
 # gloo all-reduce between 2 processes over loopback on this project's 2-core host (measured with
@@ -147,8 +148,6 @@ def fit_laws(points: pd.DataFrame, source: str) -> dict[str, CostModel]:
 
 def kernels_of(variant: str) -> str:
     """The compute path of a variant, as the calibration names it (cfmtrain.train decides)."""
-    from cfmtrain.train.config import TrainConfig
-
     return "fused" if TrainConfig(variant=variant).fused else "mace"
 
 
@@ -256,8 +255,7 @@ def gradient_bytes_of(runs: list[Run]):
 
 def _count_parameters(run: Run) -> float:
     """Bytes of the gradients of the run's model, rebuilt from its saved config and statistics."""
-    from cfmtrain.train.config import load_config
-    from cfmtrain.train.model import DataStats, build_model
+    from cfmtrain.train.model import DataStats, build_model  # lazy: mace; light command
 
     if "config" not in run.summary or "stats" not in run.summary:
         raise ValueError(f"{run.folder}/summary.json: no config/stats to count parameters from")

@@ -8,6 +8,9 @@ import dataclasses
 
 import numpy as np
 
+from cfmtrain.balance.mixture import TABLE3, mixture_sizes
+from cfmtrain.sources.mini import SUBSETS
+
 PAPER_GRAPHS = 2_650_000
 
 
@@ -43,7 +46,7 @@ class Sizes:
 
 def store_sizes(paths: list[str]) -> Sizes:
     """The per-graph table of a GraphStore (one folder, or several as a union)."""
-    from cfmtrain.graphs.store import GraphStore
+    from cfmtrain.graphs.store import GraphStore  # lazy: h5py, torch; light command
 
     store = GraphStore(paths if len(paths) > 1 else paths[0])
     return Sizes(np.asarray(store.num_atoms, np.int64), np.asarray(store.num_edges, np.int64),
@@ -67,9 +70,6 @@ def table3_mixture(neighbours: dict[str, float], total: int = PAPER_GRAPHS,
     (the project's one definition: uniform in each subset's range, MPtrj log-normal); edges are
     atoms times the subset's measured edges per atom (`neighbours`, keyed by mini's subset names).
     """
-    from cfmtrain.balance.mixture import TABLE3, mixture_sizes
-    from cfmtrain.sources.mini import SUBSETS
-
     mini_name = {s.paper_name: name for name, s in SUBSETS.items()}
     names = [mini_name[paper_name] for paper_name in TABLE3]
     missing = [name for name in names if name not in neighbours]

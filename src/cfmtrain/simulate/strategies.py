@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from cfmtrain.balance.pack import pack_plan
 from cfmtrain.simulate.schedule import Schedule, bins_schedule, fixed_count_schedule
 from cfmtrain.simulate.sizes import Sizes
 
@@ -45,8 +46,6 @@ def packer(strategy: str) -> Callable[[np.ndarray, int, int, int], object]:
     """The balancer's packing function for `strategy`: (sizes, capacity, ranks, seed) -> bins
     (a cfmtrain.balance Plan, bin s*R + r being rank r's batch at step s)."""
     if strategy == "algorithm1":
-        from cfmtrain.balance.pack import pack_plan
-
         return lambda sizes, capacity, ranks, seed: pack_plan(sizes, capacity, ranks,
                                                               oversize="own_bin")
     raise ValueError(f"unknown batching strategy {strategy!r}; known: algorithm1")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from cfmtrain.atomic import atomic_path
 from cfmtrain.digest import CHUNK, file_digest, new_hasher
+from cfmtrain.sources.registry import DATASETS, get_dataset
 
 TRANSIENT_HTTP = {408, 425, 429, 500, 502, 503, 504}
 TRANSIENT_ERRORS = (
@@ -386,8 +387,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Download a registered data set (or one URL); manual sets print their instructions."""
-    from cfmtrain.sources.registry import DATASETS, get_dataset
-
     if args.list:
         for entry in DATASETS.values():
             print(entry.describe(), end="\n\n")

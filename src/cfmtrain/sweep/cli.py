@@ -9,6 +9,11 @@ import json
 from pathlib import Path
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.graphs.split import load_split
+from cfmtrain.graphs.store import GraphStore
+from cfmtrain.sweep import batch, calibrate, capacity
+from cfmtrain.train.build import load_parts
+from cfmtrain.train.config import load_config
 
 # quick: a reduced model and few points (about 2 minutes on 2 cores); full: the paper's model.
 # The calibration times the cells' own model (--set) at `calibration` atoms per batch, `repeats`
@@ -57,16 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep and write its CSV (and the capacity recommendation)."""
-    from cfmtrain.graphs.split import load_split
-    from cfmtrain.graphs.store import GraphStore
-    from cfmtrain.sweep import batch, calibrate, capacity
-
     preset = PRESETS[args.preset]
     if len(args.graphs) > 1 and args.kind != "calibrate":
         raise SystemExit(f"sweep {args.kind}: one graph store folder, got {len(args.graphs)}")
     store = GraphStore(args.graphs if len(args.graphs) > 1 else args.graphs[0])
     if args.kind == "calibrate":
-        return _calibrate(args, store, preset, calibrate)
+        return _calibrate(args, store, preset)
     args.dtypes = args.dtypes or ["float32", "float64"]
     overrides = [*preset["overrides"], *args.override]
     common = dict(overrides=overrides, repeats=preset["repeats"],
@@ -96,11 +97,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _calibrate(args: argparse.Namespace, store, preset: dict, calibrate) -> int:
+def _calibrate(args: argparse.Namespace, store, preset: dict) -> int:
     """The calibration with the cells' settings; threads from them, else --threads."""
-    from cfmtrain.train.build import load_parts
-    from cfmtrain.train.config import load_config
-
     cfg = load_config(overrides=args.settings)  # a wrong key or value fails here, named
     if args.override or args.dtypes:
         raise SystemExit("sweep calibrate: the model and dtype are the cells' (--set), not "

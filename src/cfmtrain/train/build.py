@@ -18,6 +18,7 @@ from cfmtrain.dist.distenv import DistEnv
 from cfmtrain.graphs.provenance import split_digest
 from cfmtrain.graphs.split import check_split_for, read_split
 from cfmtrain.graphs.store import GraphStore
+from cfmtrain.kernels import fuse_model, kernel_backend
 from cfmtrain.train import model as model_mod
 from cfmtrain.train.capacity import Capacity
 from cfmtrain.train.config import TrainConfig
@@ -162,8 +163,6 @@ def build_run(cfg: TrainConfig, graphs: Path | list[Path], split: Path, out: Pat
     model = model.to(dtype).to(device)
     backend = "e3nn (mace-torch)"
     if cfg.fused:  # after the move: fuse_model picks the backend from the model's device
-        from cfmtrain.kernels import fuse_model, kernel_backend
-
         model = fuse_model(model)
         backend = ", ".join(f"{k}={v}" for k, v in kernel_backend(model).items())
     ddp = model

@@ -14,6 +14,8 @@ import math
 
 import numpy as np
 
+from cfmtrain.balance.pack import pack_plan
+
 MIN_STEPS = 20  # an explicit capacity with fewer steps per epoch warns
 MAX_RATIO = 4.0  # ... as does one above this multiple of the baseline's mean batch
 
@@ -35,8 +37,6 @@ class Capacity:
 
 def balancer_steps(sizes: np.ndarray, capacity: int, num_ranks: int) -> int:
     """Optimiser steps per epoch of Algorithm 1 at `capacity` (oversize graphs alone)."""
-    from cfmtrain.balance.pack import pack_plan
-
     return pack_plan(sizes, capacity, num_ranks, oversize="own_bin").num_steps
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.kernels import unfuse_model
 from cfmtrain.train.config import to_dict
 
 CHECKPOINT = "checkpoint.pt"
@@ -162,8 +163,6 @@ def export_model(run, path: Path) -> None:
     else:
         model = copy.deepcopy(run.model)
     if run.cfg.fused:
-        from cfmtrain.kernels import unfuse_model
-
         model = unfuse_model(model)
     model = model.to("cpu")
     with atomic_path(path) as tmp:

@@ -13,9 +13,20 @@ import dataclasses
 import os
 import sys
 import traceback
+import warnings
 from pathlib import Path
 
+import mace  # noqa: F401  (before e3nn: see SPEC)
+import torch
+
+from cfmtrain.dist import distenv
+from cfmtrain.train.build import build_run, data_identity, open_store
+from cfmtrain.train.checkpoint import load_checkpoint, load_latest
 from cfmtrain.train.config import VARIANTS, ConfigError, load_config, to_dict
+from cfmtrain.train.loop import StopFlag
+from cfmtrain.train.model import check_model_config
+from cfmtrain.train.runner import train
+from cfmtrain.train.summary import write_json
 
 # Keys that may differ between a checkpoint and the run that resumes it.
 RESUMABLE = {"epochs", "max_steps", "checkpoint_every", "progress", "timeout_s", "threads",
@@ -76,9 +87,6 @@ def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0)
     run's epochs, or its run is finished and complete (summary.json written) or exported
     (final.model written, summary.json removed by a forced rerun). A finished run stopped before
     its export is resumed: it only validates, exports and writes its outputs."""
-    from cfmtrain.train.build import data_identity, open_store
-    from cfmtrain.train.checkpoint import load_checkpoint, load_latest
-
     if args.resume is None:
         return None
     data = data_identity(open_store(args.graphs, args.cutoff), args.split)
@@ -123,16 +131,8 @@ def run(args: argparse.Namespace) -> int:
     """Set up torch.distributed, build the run on every rank, train, export; with --repeats,
     once per repeat in the same process group, stopping at a repeat that does not complete
     (SIGTERM or max_steps: it leaves its checkpoint) or at a SIGTERM after a complete one."""
-    import warnings
-
-    import mace  # noqa: F401  (before e3nn: see SPEC)
-    import torch
-
     for noise in ("The TorchScript type system", "`torch.jit.script` is deprecated"):
         warnings.filterwarnings("ignore", message=noise)
-
-    from cfmtrain.dist import distenv
-    from cfmtrain.train.loop import StopFlag
 
     overrides = list(args.overrides) + ([f"variant={args.variant}"] if args.variant else [])
     env = distenv.DistEnv.from_environ()
@@ -179,8 +179,6 @@ def _settings(args: argparse.Namespace, overrides: list[str], rank: int) -> tupl
     """(the checkpoint to resume from or None, the run's config) for the run folder
     `args.output`; ConfigError, CheckpointError (a ValueError) or FileNotFoundError if
     unusable."""
-    from cfmtrain.train.model import check_model_config
-
     state = _resume_state(args, overrides, rank)
     cfg = load_config(args.config, overrides, base=state["config"] if state else None)
     check_model_config(cfg.model)
@@ -192,17 +190,10 @@ def _train_one(args: argparse.Namespace, output: Path, state: dict | None, cfg, 
     """One run into `output` on this rank, its model built from the checkpoint's statistics, or
     `stats` (an earlier repeat's), or computed; (True if it completed (summary.json written),
     the statistics)."""
-    import torch
-
-    from cfmtrain.train.build import build_run
-    from cfmtrain.train.runner import train
-
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     output.mkdir(parents=True, exist_ok=True)
     if env.rank == 0:
-        from cfmtrain.train.summary import write_json
-
         write_json(output / "config.json", to_dict(cfg))
     graphs = args.graphs[0] if len(args.graphs) == 1 else list(args.graphs)
     run_state = build_run(cfg, graphs, args.split, output, env, device,

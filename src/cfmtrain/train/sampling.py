@@ -9,14 +9,13 @@ import sys
 import numpy as np
 import torch
 
+from cfmtrain.balance import DistributedBinPackSampler
 from cfmtrain.train.capacity import Capacity, resolve_capacity
 from cfmtrain.train.config import TrainConfig
 
 
 def _sampler(sizes: np.ndarray, capacity: Capacity, cfg: TrainConfig, rank: int,
              world_size: int, strategy: str, **options):
-    from cfmtrain.balance import DistributedBinPackSampler
-
     if strategy == "algorithm1" and capacity.source == "auto":
         options["oversize"] = "own_bin"  # auto: a graph above the capacity gets its own bin
     return DistributedBinPackSampler(sizes, capacity.value, world_size, rank, seed=cfg.seed,

@@ -17,7 +17,8 @@ import torch
 from ase.data import chemical_symbols
 
 from cfmtrain.atomic import atomic_path
-from cfmtrain.kernels import isa
+from cfmtrain.kernels import dense, isa
+from cfmtrain.train.config import to_dict
 
 PACKAGES = ("cfmtrain", "torch", "mace-torch", "e3nn", "numpy", "cuequivariance-torch")
 EPOCH_FIELDS = ("epoch", "wall_s", "valid_s", "steps", "resumed", "lr", "train_loss",
@@ -85,16 +86,12 @@ def gemm_backend() -> str | None:
     cfmtrain.kernels.dense.gemm_backend), None where no fused op was loaded."""
     if isa.loaded("cfmtrain._ops_dense_mm") is None:
         return None
-    from cfmtrain.kernels.dense import gemm_backend as backend
-
-    return backend()
+    return dense.gemm_backend()
 
 
 def summarize(run, epochs: list[dict], test: dict, mean_batch: dict, host: dict) -> dict:
     """summary.json: the run's results; epoch_time_s is the mean over epochs after the first;
     `host`: the load, steal and compute wall/CPU measures (train.contention)."""
-    from cfmtrain.train.config import to_dict
-
     walls = [float(e["wall_s"]) for e in epochs]
     timed = walls[FIRST_TIMED_EPOCH:] if len(walls) > FIRST_TIMED_EPOCH else walls
     last = epochs[-1] if epochs else {}
