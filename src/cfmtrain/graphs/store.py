@@ -11,6 +11,12 @@ attribute holds its counts of graphs, atoms and edges. Opening a shard checks th
 against every dataset's shape and the offsets, and every edge index against its graph's atom
 count (vectorised, one pass over edge_index). Any failure, at open or on a later read, is a
 ShardError naming the file (and the graph where there is one).
+
+The edge pass runs once per shard file, not at every open: when it passes, a stamp beside the
+shard (`shard_0000.h5.verified`) records the file's size and modification time. An open whose
+stamp matches reads only the per-graph table; a shard rewritten since (another size or time) is
+verified again, and a shard corrupted in place is still caught by the Fletcher-32 checksums on
+the reads that touch it. `cfmtrain graphs` verifies (and stamps) each shard it writes.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ FORMAT_VERSION = 2  # 2: Fletcher-32 on every dataset, manifest, int8/int16/int3
 LIBVER = ("v110", "v110")  # checksummed metadata; readable by HDF5 >= 1.10
 CHUNK_BYTES = 1 << 16  # target chunk size: a per-graph read decodes little beyond its rows
 CHECK_EDGES = 1 << 23  # edges checked per block at open (bounded memory: 64 MiB of indices)
+VERIFIED_SUFFIX = ".verified"  # the edge check's stamp beside a shard (module docstring)
 ATOM_FIELDS = {"positions": np.float64, "numbers": np.uint8, "forces": np.float64}
 SHIFT_DTYPES = ("int8", "int16", "int32")  # unit_shifts: the narrowest that holds the shard's
 # name -> (dtype, shape of one graph's entry)
@@ -216,9 +223,35 @@ def read_table(path: str | os.PathLike, f: h5py.File, check_edges: bool = True
     if len(bad):
         raise ShardError(path, f"subset id {int(table['subsets'][bad[0]])} beyond the "
                          f"{len(names)} subset names", int(bad[0]))
-    if check_edges:
+    if check_edges and not verified(path):
         check_edge_index(path, f, table["num_atoms"], table["edge_offsets"])
+        stamp_verified(path)
     return table
+
+
+def _stamp_path(path: str | os.PathLike) -> Path:
+    return Path(f"{path}{VERIFIED_SUFFIX}")
+
+
+def _file_state(path: str | os.PathLike) -> dict:
+    info = os.stat(path)
+    return {"format_version": FORMAT_VERSION, "bytes": info.st_size, "mtime_ns": info.st_mtime_ns}
+
+
+def verified(path: str | os.PathLike) -> bool:
+    """True if the shard's edge indices passed the check as the file is now (its stamp matches
+    its size and modification time)."""
+    try:
+        return json.loads(_stamp_path(path).read_text()) == _file_state(path)
+    except (OSError, ValueError):
+        return False
+
+
+def stamp_verified(path: str | os.PathLike) -> None:
+    """Record that the shard as it is now passed the edge check (skipped on a read-only
+    folder: the check then runs at every open, as before)."""
+    with contextlib.suppress(OSError), atomic_path(_stamp_path(path)) as tmp:
+        tmp.write_text(json.dumps(_file_state(path)))
 
 
 def check_edge_index(path: str | os.PathLike, f: h5py.File, num_atoms: np.ndarray,
@@ -255,7 +288,8 @@ class GraphStore:
     (`read_table`); errors are ShardError naming the file and graph.
 
     `check_edges=False` skips the edge-index pass (about 14 ns an edge, the only check that
-    reads more than the per-graph table): for tools that read the table alone."""
+    reads more than the per-graph table, and run once per shard file: module docstring): for
+    tools that read the table alone."""
 
     def __init__(self, path: str | os.PathLike | list[str | os.PathLike],
                  check_edges: bool = True):
@@ -327,6 +361,44 @@ class GraphStore:
 
     def __len__(self) -> int:
         return int(self._starts[-1])
+
+    def graph_blocks(self, indices: np.ndarray, fields: Iterable[str],
+                     max_items: int = CHECK_EDGES) -> Iterator[tuple[np.ndarray, dict]]:
+        """The fields of the graphs `indices` (unique) read in contiguous blocks, shard by
+        shard: yields (positions of the selected graphs within the block, arrays), the arrays
+        holding each field over the block's whole range of graphs (per-atom and per-edge fields
+        concatenated, edge_index along axis 1) and its `num_atoms` and `num_edges`. A block
+        spans about `max_items` atoms plus edges (one graph at least): bounded memory, few
+        large reads instead of one per graph."""
+        indices = np.unique(np.asarray(indices, dtype=np.int64))
+        shard_of = np.searchsorted(self._starts, indices, side="right") - 1
+        for shard in np.unique(shard_of):
+            local = indices[shard_of == shard] - self._starts[shard]
+            atom_offsets, edge_offsets = self._atom_offsets[shard], self._edge_offsets[shard]
+            items = atom_offsets + edge_offsets  # cumulative atoms + edges at each graph start
+            f, start = self._handle(int(shard)), 0
+            while start < len(local):
+                first = int(local[start])
+                stop = int(np.searchsorted(local, local[start] + 1, side="left"))
+                limit = items[first] + max_items
+                stop = max(stop, int(np.searchsorted(items[local + 1], limit, side="right")))
+                last = int(local[stop - 1]) + 1
+                a0, a1 = int(atom_offsets[first]), int(atom_offsets[last])
+                e0, e1 = int(edge_offsets[first]), int(edge_offsets[last])
+                arrays = {"num_atoms": np.diff(atom_offsets[first:last + 1]),
+                          "num_edges": np.diff(edge_offsets[first:last + 1])}
+                with shard_errors(self.files[shard]):
+                    for name in fields:
+                        if name == "edge_index":
+                            arrays[name] = f[name][:, e0:e1]
+                        elif name == "unit_shifts":
+                            arrays[name] = f[name][e0:e1]
+                        elif name in ATOM_FIELDS:
+                            arrays[name] = f[name][a0:a1]
+                        else:
+                            arrays[name] = f[name][first:last]
+                yield local[start:stop] - first, arrays
+                start = stop
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_handles": {}}

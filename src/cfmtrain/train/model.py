@@ -9,7 +9,6 @@ import json
 import sys
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 
 import mace  # noqa: F401  (before e3nn: mace sets up torch.load for e3nn's constants)
 import numpy as np
@@ -94,36 +93,33 @@ def fixed_e0s(setting: dict | list) -> dict[int, float]:
     return values
 
 
-def _mace_average_e0s(store: GraphStore, train: np.ndarray, zs: list[int]) -> np.ndarray:
-    """mace-torch's own `E0s="average"` (a least-squares fit, by its compute_average_E0s)."""
-    from mace.data.utils import compute_average_E0s
-
-    configs = []
-    for index in train:
-        g = store[int(index)]
-        configs.append(SimpleNamespace(atomic_numbers=g["numbers"],
-                                       properties={"energy": g["energy"]}))
-    e0 = np.zeros(MAX_Z)
-    for z, value in compute_average_E0s(configs, AtomicNumberTable(zs)).items():
-        e0[z] = value
-    return e0
-
-
 def _stat_sums(store: GraphStore, indices: np.ndarray) -> np.ndarray:
     """Per-rank sums: [AtA (MAX_Z^2), Atb, sum c/n, sum E/n, graphs, sum F^2, force comps,
-    edges, atoms with an incoming edge]; A = element counts, b = energies."""
+    edges, atoms with an incoming edge]; A = element counts, b = energies. One vectorised pass
+    over contiguous blocks of the store (GraphStore.graph_blocks), no loop over graphs."""
     ata, atb = np.zeros((MAX_Z, MAX_Z)), np.zeros(MAX_Z)
     c_over_n, scalars = np.zeros(MAX_Z), np.zeros(6)
-    for index in indices:
-        g = store[int(index)]
-        counts = np.bincount(g["numbers"], minlength=MAX_Z).astype(np.float64)
-        n = len(g["numbers"])
-        ata += np.outer(counts, counts)
-        atb += counts * g["energy"]
-        c_over_n += counts / n
-        receivers = g["edge_index"][1]
-        scalars += [g["energy"] / n, 1.0, np.square(g["forces"]).sum(), 3.0 * n,
-                    len(receivers), len(np.unique(receivers))]
+    if len(np.unique(indices)) != len(indices):
+        raise ValueError("statistics over a graph listed twice")
+    fields = ("numbers", "energy", "forces", "edge_index")
+    for selected, block in store.graph_blocks(indices, fields):
+        num_atoms, num_edges = block["num_atoms"], block["num_edges"]
+        row = np.full(len(num_atoms), -1)
+        row[selected] = np.arange(len(selected))
+        atom_row = np.repeat(row, num_atoms)
+        kept = atom_row >= 0
+        counts = np.bincount(atom_row[kept] * MAX_Z + block["numbers"][kept],
+                             minlength=len(selected) * MAX_Z).reshape(len(selected), MAX_Z)
+        counts = counts.astype(np.float64)
+        n, energy = num_atoms[selected].astype(np.float64), block["energy"][selected]
+        ata += counts.T @ counts
+        atb += counts.T @ energy
+        c_over_n += (counts / n[:, None]).sum(axis=0)
+        edge_row = np.repeat(row, num_edges)
+        first_atom = np.concatenate([[0], np.cumsum(num_atoms)[:-1]])
+        receivers = (np.repeat(first_atom, num_edges) + block["edge_index"][1])[edge_row >= 0]
+        scalars += [(energy / n).sum(), len(selected), np.square(block["forces"][kept]).sum(),
+                    3.0 * n.sum(), len(receivers), len(np.unique(receivers))]
     return np.concatenate([ata.ravel(), atb, c_over_n, scalars])
 
 
@@ -150,8 +146,8 @@ def compute_stats(store: GraphStore, train: np.ndarray, extra_zs: np.ndarray,
     if given is not None:
         e0[list(given)] = list(given.values())
         method = e0s if isinstance(e0s, str) else "mapping"
-    elif e0s == "average":
-        e0 = _mace_average_e0s(store, train, [int(z) for z in present])
+    elif e0s == "average":  # mace-torch's: the min-norm least squares of the count matrix
+        e0[present] = np.linalg.pinv(ata[np.ix_(present, present)]) @ atb[present]
         method = "average"
     else:  # lstsq on the normal equations = mace-torch's min-norm lstsq on the count matrix
         fixed = fixed or {}
