@@ -20,6 +20,7 @@ from pathlib import Path
 
 from cfmtrain.frames.neighbors import check_cutoff
 from cfmtrain.graphs.split import SplitError, check_fractions
+from cfmtrain.paper import VARIANTS
 from cfmtrain.train.config import ConfigError, load_config
 
 MAX_SHARDS = 10_000  # shard names are four digits (frames_0000 ... shard_9999)
@@ -57,6 +58,27 @@ def _check_dataset(name: str, cfg: dict) -> None:
             raise ConfigError(f"config {key}.paths: {pattern}: no such file")
 
 
+PER_CELL = ("variant", "train_fraction")  # TrainConfig keys that each cell sets itself
+
+
+def _check_variants(config: dict) -> None:
+    """Every variant list of the config names variants of cfmtrain.paper.VARIANTS."""
+    lists = [(f"train.matrix[{i}].variants", block.get("variants", []))
+             for i, block in enumerate(config.get("train", {}).get("matrix", []))]
+    for section in ("figures", "simulate"):
+        found = config.get(section, {})
+        for key, value in (found.items() if isinstance(found, dict) else []):
+            if key == "variants":
+                lists.append((f"{section}.variants", value))
+            elif isinstance(value, dict) and "variants" in value:
+                lists.append((f"{section}.{key}.variants", value["variants"]))
+    for key, variants in lists:
+        unknown = [v for v in variants if v not in VARIANTS]
+        if unknown:
+            raise ConfigError(f"config {key}: unknown variant(s) {unknown}; known: "
+                              f"{', '.join(VARIANTS)}")
+
+
 def check_workflow_config(config: dict, library_checks: bool = True,
                           passed: Path | None = None) -> None:
     """ConfigError naming the first key of `config` (the workflow's, after its schema) whose
@@ -81,7 +103,12 @@ def check_workflow_config(config: dict, library_checks: bool = True,
         raise ConfigError(f"config split.seed: {split['seed']} is negative (seeds are >= 0)")
     for name, cfg in config["datasets"].items():
         _check_dataset(name, cfg)
+    _check_variants(config)
     settings = config.get("train", {}).get("settings", {})
+    for key in PER_CELL:
+        if key in settings:
+            raise ConfigError(f"config train.settings.{key}: not a setting - each cell's {key} "
+                              "comes from its matrix block and size suffix")
     try:
         cfg = load_config(base=settings)
     except ConfigError as err:
