@@ -1,0 +1,118 @@
+"""Paired comparisons: the one way cfmtrain judges one speed against another.
+
+Arms (callables) run in rounds; within a round every arm runs once, in an order shuffled with a
+recorded seed. A slow minute of a shared host then slows every arm of the rounds it overlaps,
+and cancels in each round's ratio. The verdict is the median of the per-round ratios with its
+10-90% range, never a ratio of absolute means taken at different times.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+import time
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+QUANTILES = (0.1, 0.5, 0.9)
+Arm = Callable[[], float | None]  # runs once; may return its own measured seconds
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of its finished children."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+@dataclasses.dataclass(frozen=True)
+class Rounds:
+    """Each arm's times per round (seconds, rounds x arms in `names` order) and run order."""
+
+    names: tuple[str, ...]
+    seconds: np.ndarray  # what each arm measured (its own figure, else its wall time)
+    wall: np.ndarray
+    cpu: np.ndarray
+    order: np.ndarray  # rounds x arms: the arms' indices in the order they ran
+    seed: int
+
+    def times(self, name: str) -> np.ndarray:
+        """The seconds of arm `name`, one per round."""
+        return self.seconds[:, self.names.index(name)]
+
+    def ratio(self, reference: str, candidate: str) -> Ratio:
+        """Speed-up of `candidate` over `reference`: per round, reference time / candidate."""
+        return Ratio.of(self.times(reference) / self.times(candidate))
+
+
+@dataclasses.dataclass(frozen=True)
+class Ratio:
+    """Per-round ratios and their median with its 10-90% range."""
+
+    values: np.ndarray
+    median: float
+    p10: float
+    p90: float
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> Ratio:
+        values = np.asarray(values, dtype=np.float64)
+        if not len(values) or not np.isfinite(values).all():
+            raise ValueError(f"paired ratios must be finite and at least one: {values}")
+        p10, median, p90 = np.quantile(values, QUANTILES)
+        return cls(values, float(median), float(p10), float(p90))
+
+    @property
+    def rounds(self) -> int:
+        return len(self.values)
+
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median: how much the rounds disagree."""
+        return (self.p90 - self.p10) / self.median
+
+    def columns(self) -> dict[str, float | int]:
+        """The CSV columns every paired comparison writes."""
+        return {"ratio_median": self.median, "ratio_p10": self.p10, "ratio_p90": self.p90,
+                "rounds": self.rounds}
+
+
+def run_rounds(arms: Mapping[str, Arm], rounds: int, seed: int = 0, warmup: int = 0) -> Rounds:
+    """Run every arm once per round, in a shuffled order per round (numpy's default_rng(seed)),
+    after `warmup` untimed rounds. An arm that returns a number reports its own seconds (e.g.
+    an epoch time read from a run's summary); otherwise its wall time counts."""
+    if rounds < 1 or len(arms) < 2:
+        raise ValueError(f"a paired comparison needs >= 2 arms and >= 1 round "
+                         f"({len(arms)} arms, {rounds} rounds)")
+    names = tuple(arms)
+    rng = np.random.default_rng(seed)
+    for _ in range(warmup):
+        for name in names:
+            arms[name]()
+    shape = (rounds, len(names))
+    seconds, wall, cpu = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    order = np.zeros(shape, dtype=np.int64)
+    for r in range(rounds):
+        order[r] = rng.permutation(len(names))
+        for k in order[r]:
+            cpu0, wall0 = _cpu_seconds(), time.perf_counter()
+            own = arms[names[k]]()
+            wall[r, k] = time.perf_counter() - wall0
+            cpu[r, k] = _cpu_seconds() - cpu0
+            seconds[r, k] = wall[r, k] if own is None else float(own)
+    return Rounds(names, seconds, wall, cpu, order, seed)
+
+
+def table(rounds: Rounds, reference: str) -> list[dict]:
+    """A row per arm: its median seconds, wall and CPU time per round, and its paired ratio
+    against `reference` (1 for the reference itself)."""
+    rows = []
+    for name in rounds.names:
+        k = rounds.names.index(name)
+        ratio = (Ratio.of(np.ones(len(rounds.seconds))) if name == reference
+                 else rounds.ratio(reference, name))
+        rows.append({"arm": name, "seconds_median": float(np.median(rounds.seconds[:, k])),
+                     "wall_s_median": float(np.median(rounds.wall[:, k])),
+                     "cpu_s_median": float(np.median(rounds.cpu[:, k])),
+                     **ratio.columns(), "seed": rounds.seed})
+    return rows
