@@ -1,5 +1,5 @@
 """`cfmtrain bench <name>`: dispatch to one benchmark module (graphs, balance, kernels, accuracy,
-loader, isa, md, host).
+loader, isa, md, host, compare).
 
 Only the chosen module is imported: each pulls in heavy libraries of its own.
 """
@@ -18,6 +18,7 @@ BENCHMARKS = {
     "isa": "cfmtrain.bench.isa",
     "md": "cfmtrain.bench.md",
     "host": "cfmtrain.bench.host",
+    "compare": "cfmtrain.bench.compare",
 }
 
 
