@@ -15,6 +15,7 @@ from cfmtrain.atomic import atomic_path
 from cfmtrain.balance.costs import MEASURES, graph_costs
 from cfmtrain.balance.metrics import plan_metrics, repeated_fraction
 from cfmtrain.balance.strategies import STRATEGIES
+from cfmtrain.paper import CAPACITY
 
 # (row label, strategy, seeded, options): the paper's deterministic Algorithm 1 alone; with our
 # refinements (kernels/balance/refine.h, rebalance.h: they act only where Algorithm 1 misses the
@@ -87,7 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graphs", type=Path, nargs="+", required=True,
                         help="graph store: shard .h5 files or folders (several = their union)")
     parser.add_argument("--name", default=None, help="data set name for titles")
-    parser.add_argument("--capacity", type=float, default=3072, help="bin capacity (size units)")
+    parser.add_argument("--capacity", type=float, default=CAPACITY,
+                        help="bin capacity (size units)")
     parser.add_argument("--ranks", type=int, nargs="+", default=[8, 64], help="rank counts")
     parser.add_argument("--measure", choices=MEASURES, default="atoms", help="graph size")
     parser.add_argument("--a", type=float, default=1.0, help="linear cost: per atom")

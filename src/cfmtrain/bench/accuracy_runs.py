@@ -33,6 +33,7 @@ from cfmtrain.bench.baseline_check import (
     mace_records,
     subprocess_env,
 )
+from cfmtrain.simulate.runs import read_steps
 from cfmtrain.train.config import TrainConfig, to_dict
 from cfmtrain.train.model import stats_of
 
@@ -111,7 +112,7 @@ def run_cfmtrain(bench: Bench, variant: str, epochs: int, resume: bool = False) 
         raise RuntimeError(f"cfmtrain train --variant {variant} failed ({done.returncode}); "
                            f"see {log}")
     epochs_csv = pd.read_csv(folder / "epochs.csv")
-    steps = pd.read_csv(folder / "steps.csv")
+    steps = read_steps(folder / "steps.csv")
     return RunResult(cfmtrain_curve(variant, epochs_csv), {
         "steps_per_epoch": int(epochs_csv.steps.iloc[-1]), "process_wall_s": wall,
         "data_wait_pct": float(100 * steps.data_s.sum() / steps.step_s.sum()),

@@ -16,6 +16,7 @@ from cfmtrain.balance.pack import pack_bins
 from cfmtrain.balance.report import ROW_NOTE, VARIANTS
 from cfmtrain.balance.strategies import STRATEGIES
 from cfmtrain.bench.table import report
+from cfmtrain.paper import CAPACITY
 
 PRESETS = {
     "quick": {"graphs": [10_000, 100_000], "ranks": [8, 64]},
@@ -65,7 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Preset, capacity, seed, repeats, output."""
     parser.add_argument("--preset", choices=sorted(PRESETS), default="quick",
                         help="quick: 10k and 100k graphs, R = 8, 64; full: up to 2.65M, R = 740")
-    parser.add_argument("--capacity", type=float, default=3072, help="atoms per bin (paper: 3072)")
+    parser.add_argument("--capacity", type=float, default=CAPACITY,
+                        help=f"atoms per bin (paper: {CAPACITY})")
     parser.add_argument("--seed", type=int, default=0, help="mixture and shuffling seed")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per case (best kept)")
     parser.add_argument("--output", type=Path, default=None,

@@ -21,8 +21,10 @@ import yaml
 
 from cfmtrain.bench.table import report
 from cfmtrain.dist.distenv import DistEnv, available_cpus
+from cfmtrain.frames.labels import ENERGY_KEY, FORCES_KEY, STRESS_KEY
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.malloc_env import MALLOC_ENV
+from cfmtrain.simulate.runs import read_steps
 from cfmtrain.train.build import build_run, load_parts, param_groups
 from cfmtrain.train.config import TrainConfig, load_config, to_dict
 from cfmtrain.train.loop import train_step
@@ -42,10 +44,10 @@ def export_extxyz(store, indices: np.ndarray, path: Path) -> None:
     for index in indices:
         g = store[int(index)]
         atoms = Atoms(numbers=g["numbers"], positions=g["positions"], cell=g["cell"], pbc=g["pbc"])
-        atoms.info["REF_energy"] = g["energy"]
-        atoms.arrays["REF_forces"] = g["forces"]
+        atoms.info[ENERGY_KEY] = g["energy"]
+        atoms.arrays[FORCES_KEY] = g["forces"]
         if "stress" in g:
-            atoms.info["REF_stress"] = g["stress"]
+            atoms.info[STRESS_KEY] = g["stress"]
         frames.append(atoms)
     ase.io.write(path, frames, format="extxyz")
 
@@ -72,7 +74,7 @@ def mace_arguments(cfg: TrainConfig, r_max: float, work: Path, *, name: str = "c
         "scheduler_patience": o.patience, "loss": "weighted", "energy_weight": o.energy_weight,
         "forces_weight": o.forces_weight, "clip_grad": o.clip_grad, "default_dtype": m.dtype,
         "device": "cpu", "num_workers": b.num_workers or 0, "use_reduced_cg": m.use_reduced_cg,
-        "energy_key": "REF_energy", "forces_key": "REF_forces", "stress_key": "REF_stress",
+        "energy_key": ENERGY_KEY, "forces_key": FORCES_KEY, "stress_key": STRESS_KEY,
         "error_table": "PerAtomMAE", "eval_interval": 1,
     }
     if not o.amsgrad:
@@ -131,8 +133,6 @@ def run_mace(cfg: TrainConfig, r_max: float, work: Path, env: dict) -> dict:
 def run_cfmtrain(cfg: TrainConfig, graphs: list[Path], split: Path, work: Path, env: dict
                  ) -> dict:
     """`cfmtrain train --variant baseline` in a subprocess; step times from steps.csv."""
-    import pandas as pd
-
     config_file = work / "cfmtrain.yaml"
     config_file.write_text(yaml.safe_dump(to_dict(cfg)))
     command = [sys.executable, "-m", "cfmtrain.train", "--graphs", *map(str, graphs), "--split",
@@ -144,7 +144,7 @@ def run_cfmtrain(cfg: TrainConfig, graphs: list[Path], split: Path, work: Path, 
     if done.returncode:
         raise RuntimeError(f"cfmtrain train failed ({done.returncode}); see "
                            f"{work / 'cfmtrain_train.log'}")
-    steps = pd.read_csv(work / "cfmtrain" / "steps.csv")
+    steps = read_steps(work / "cfmtrain" / "steps.csv")
     times = (steps.compute_s + steps.optim_s).to_numpy()
     return {"tool": "cfmtrain train (baseline)", **step_stats(times, steps.epoch.to_numpy()),
             "data_wait_s_mean": float(steps.data_s.mean()), "process_wall_s": wall}
@@ -154,8 +154,8 @@ def _atoms(g: dict):
     from ase import Atoms
 
     atoms = Atoms(numbers=g["numbers"], positions=g["positions"], cell=g["cell"], pbc=g["pbc"])
-    atoms.info["REF_energy"] = g["energy"]
-    atoms.arrays["REF_forces"] = g["forces"]
+    atoms.info[ENERGY_KEY] = g["energy"]
+    atoms.arrays[FORCES_KEY] = g["forces"]
     return atoms
 
 
@@ -179,8 +179,7 @@ def interleaved(cfg: TrainConfig, graphs: list[Path], split: Path, rounds: int) 
     optimizer = torch.optim.Adam(param_groups(model, cfg), lr=cfg.optim.lr, amsgrad=True)
     ema = ExponentialMovingAverage(model.parameters(), decay=cfg.optim.ema_decay)
     loss_fn = modules.WeightedEnergyForcesLoss(cfg.optim.energy_weight, cfg.optim.forces_weight)
-    keys = KeySpecification(info_keys={"energy": "REF_energy"},
-                            arrays_keys={"forces": "REF_forces"})
+    keys = KeySpecification(info_keys={"energy": ENERGY_KEY}, arrays_keys={"forces": FORCES_KEY})
     collate, z_table, r_max = Collater([None], [None]), z_table_of(model), float(model.r_max)
     order = np.random.default_rng(cfg.seed).permutation(len(run.train_set))
     g = cfg.batch.graphs_per_batch

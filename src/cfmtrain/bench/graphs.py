@@ -18,6 +18,7 @@ from ase import Atoms
 from cfmtrain.bench.table import report
 from cfmtrain.graphs.build import build_graphs
 from cfmtrain.graphs.store import GraphStore, write_shard
+from cfmtrain.paper import CUTOFF
 from cfmtrain.sources.mini import iter_mini_frames
 
 # copies: the generated structures are repeated so that a shard holds as many graphs as a real
@@ -100,7 +101,7 @@ def measure(frames: list[Atoms], cutoff: float, repeats: int, distinct: int) -> 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `cfmtrain bench graphs`."""
     parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
-    parser.add_argument("--cutoff", type=float, default=4.5)
+    parser.add_argument("--cutoff", type=float, default=CUTOFF)
     parser.add_argument("--output", type=Path, default=None,
                         help="CSV (default results/bench/graphs_<preset>.csv)")
 

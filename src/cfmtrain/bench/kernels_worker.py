@@ -1,10 +1,10 @@
 """One configuration of `cfmtrain bench kernels`, run inside its own subprocess.
 
-The paper-size model (128x0e+128x1o, lmax 3, correlation 3, 2 layers, 8 Bessel, r_max 4.5) on a
-rattled fcc Cu80Ni20 supercell (~39 neighbours per atom), or a tiny one to test the harness;
-prints one JSON line of results, with a fingerprint of what the first call computed from seeded
-inputs (to compare implementations) and, for the fused ops, the FLOPs one step executes
-(bench/flops.py).
+The paper-size model (128x0e+128x1o, lmax 3, correlation 3, 2 layers, 8 Bessel, r_max the
+paper's cutoff) on a rattled fcc Cu80Ni20 supercell (~39 neighbours per atom), or a tiny one to
+test the harness; prints one JSON line of results, with a fingerprint of what the first call
+computed from seeded inputs (to compare implementations) and, for the fused ops, the FLOPs one
+step executes (bench/flops.py).
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from e3nn import o3
 from cfmtrain.atomic import atomic_path
 from cfmtrain.bench import WARMUP_CALLS
 from cfmtrain.bench.flops import count_flops
+from cfmtrain.paper import CUTOFF
 from cfmtrain.train.config import ModelConfig
 
-R_MAX = 4.5
+R_MAX = CUTOFF
 ZS = [28, 29]
 OOM_MARKERS = ("can't allocate memory", "not enough memory", "out of memory", "std::bad_alloc")
 # Model sizes: the paper's, and a tiny one (same structure) for smoke tests of the harness.

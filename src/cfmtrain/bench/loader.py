@@ -28,6 +28,7 @@ from cfmtrain.batches.store_arrays import StoreArrays
 from cfmtrain.bench.table import report
 from cfmtrain.graphs.build import build_graphs
 from cfmtrain.graphs.store import GraphStore, write_shard
+from cfmtrain.paper import CAPACITY, CUTOFF
 from cfmtrain.sources.mini import iter_mini_frames
 from cfmtrain.train.model import store_elements
 
@@ -133,8 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{MINI_GRAPHS} if built, else the generated mini structures at "
                              f"the preset's scale)")
     parser.add_argument("--graphs-per-batch", type=int, nargs="+", default=[8, 32],
-                        help="graphs per batch, one table block each (training default 8; the "
-                             "paper's 3072-atom bins hold about 27 mini graphs)")
+                        help=f"graphs per batch, one table block each (training default 8; the "
+                             f"paper's {CAPACITY}-atom bins hold about 27 mini graphs)")
     parser.add_argument("--repeats", type=int, default=None, help="passes (default: preset's)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--output", type=Path, default=None,
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         store = args.graphs or ([MINI_GRAPHS] if MINI_GRAPHS.is_dir() else None)
         source = " + ".join(map(str, store)) if store else \
             f"mini structures at scale {preset['scale']}"
-        store = store or [build_mini_store(Path(tmp), preset["scale"], 4.5)]
+        store = store or [build_mini_store(Path(tmp), preset["scale"], CUTOFF)]
         dataset = open_dataset(store, args.dtype)
         rows = [{**row, "source": source} for size in args.graphs_per_batch
                 for row in measure(dataset, size, repeats, former=preset["former"])]

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from cfmtrain.bench import WARMUP_CALLS
+from cfmtrain.paper import CUTOFF
 
 # MACE-MP-0's hyper-parameters (mace-torch's `mace_mp` models, 89 elements); "small" and
 # "medium" differ in their hidden irreps. "tiny" keeps the structure at a size that tests run.
@@ -30,7 +31,7 @@ SHAPES = {
     "mp0-small": {**MP0, "hidden_irreps": "128x0e"},
     "mp0-medium": {**MP0, "hidden_irreps": "128x0e+128x1o"},
     "tiny": {**MP0, "hidden_irreps": "8x0e+8x1o", "max_ell": 2, "correlation": 2,
-             "radial_mlp": [16], "r_max": 4.5, "elements": 29},
+             "radial_mlp": [16], "r_max": CUTOFF, "elements": 29},
 }
 OOM_MARKERS = ("can't allocate memory", "not enough memory", "out of memory", "std::bad_alloc")
 WATER_DENSITY_G_CM3 = 1.0

@@ -21,8 +21,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from cfmtrain.malloc_env import MALLOC_ENV
 from cfmtrain.dist.distenv import TORCHRUN_KEYS, available_cpus
+from cfmtrain.malloc_env import MALLOC_ENV
 
 # Slurm variables that identify the job (kept for a new step); every other SLURM_* describes the
 # current step or batch script and would override the new step's geometry, so it is dropped.

@@ -21,10 +21,8 @@ from ase.data import atomic_numbers
 from ase.io.extxyz import key_val_str_to_dict, parse_properties
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.frames.labels import CONFIG_TYPE_KEY, ENERGY_KEY, FORCES_KEY, STRESS_KEY
 from cfmtrain.frames.validate import InvalidFrameError, Problem
-
-ENERGY_KEY, FORCES_KEY, STRESS_KEY, CONFIG_TYPE_KEY = (
-    "REF_energy", "REF_forces", "REF_stress", "config_type")
 
 
 def mace_frame(

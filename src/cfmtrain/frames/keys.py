@@ -20,18 +20,25 @@ import numpy as np
 from ase import Atoms
 from ase.stress import voigt_6_to_full_3x3_stress
 
+from cfmtrain.frames.labels import (
+    CONFIG_TYPE_KEY,
+    CONFIG_WEIGHT_KEY,
+    ENERGY_KEY,
+    FORCES_KEY,
+    STRESS_KEY,
+    VIRIALS_KEY,
+)
 from cfmtrain.frames.validate import MIN_ABS_DET, RawFrame
 
 FIELDS = ("energy", "forces", "stress", "virial", "weight", "config_type")
 DEFAULT_NAMES: dict[str, tuple[str, ...]] = {
-    "energy": ("REF_energy", "energy"),
-    "forces": ("REF_forces", "forces"),
-    "stress": ("REF_stress", "stress"),
-    "virial": ("REF_virials", "REF_virial", "virials", "virial"),
-    "weight": ("config_weight",),
-    "config_type": ("config_type",),
+    "energy": (ENERGY_KEY, "energy"),
+    "forces": (FORCES_KEY, "forces"),
+    "stress": (STRESS_KEY, "stress"),
+    "virial": (VIRIALS_KEY, "REF_virial", "virials", "virial"),
+    "weight": (CONFIG_WEIGHT_KEY,),
+    "config_type": (CONFIG_TYPE_KEY,),
 }
-WEIGHT_INFO = "config_weight"  # mace-torch's name, kept in the frames
 SCALAR_INFO = (str, int, float, np.integer, np.floating)
 
 
@@ -132,10 +139,10 @@ def own_frame(atoms: Atoms, source: str, index: int | str, keys: LabelKeys) -> R
     frame.info = label_info(atoms, {n for names in (*keys.names.values(),
                                                     *DEFAULT_NAMES.values()) for n in names})
     if found["config_type"] is not None:
-        frame.info["config_type"] = str(found["config_type"][1])
+        frame.info[CONFIG_TYPE_KEY] = str(found["config_type"][1])
     if found["weight"] is not None:
         try:
-            frame.info[WEIGHT_INFO] = float(found["weight"][1])
+            frame.info[CONFIG_WEIGHT_KEY] = float(found["weight"][1])  # kept in the frames
         except (TypeError, ValueError) as err:
             frame.problem = (f"bad weight {found['weight'][0]!r}", str(err))
     return frame

@@ -15,6 +15,8 @@ import numpy as np
 from ase import Atoms
 from ase.stress import voigt_6_to_full_3x3_stress
 
+from cfmtrain.frames.labels import CONFIG_TYPE_KEY, ENERGY_KEY, FORCES_KEY, KEYS, STRESS_KEY
+
 MIN_DISTANCE = 0.1  # Angstrom: closer atoms are an error
 # The overlap search runs vesin (cfmtrain.frames.neighbors) at this radius and keeps pairs below
 # MIN_DISTANCE: vesin bins space by its cutoff, and 0.1 A bins make it ~20-1000x slower (88 ms
@@ -22,8 +24,6 @@ MIN_DISTANCE = 0.1  # Angstrom: closer atoms are an error
 OVERLAP_SEARCH_RADIUS = 2.0
 MIN_ABS_DET = 1e-6  # A^3 (A^2, A): a smaller volume (area, length) of the periodic vectors is
 # singular; a non-periodic vector is free (a slab with pbc T T F may have a zero c vector)
-KEYS: dict[str, str | None] = {"energy": "REF_energy", "forces": "REF_forces",
-                               "stress": "REF_stress"}
 Problem = tuple[str, str]  # (reason, detail)
 
 
@@ -94,18 +94,18 @@ def read_label(atoms: Atoms, key: str | None, per_atom: bool = False) -> object:
     return results.get(key)
 
 
-def raw_from_atoms(atoms: Atoms, source: str, index: int | str, energy_key: str = "REF_energy",
-                   forces_key: str = "REF_forces", stress_key: str | None = "REF_stress",
+def raw_from_atoms(atoms: Atoms, source: str, index: int | str, energy_key: str = ENERGY_KEY,
+                   forces_key: str = FORCES_KEY, stress_key: str | None = STRESS_KEY,
                    stress_factor: float = 1.0, keep_info: bool = True) -> RawFrame:
     """Wrap an ase.Atoms and its labels (under the given keys) as a RawFrame; its scalar info
     entries other than the labels are kept (to be written out again) if `keep_info`."""
     info = {}
     if keep_info:
-        labels = {energy_key, forces_key, stress_key, "config_type"}
+        labels = {energy_key, forces_key, stress_key, CONFIG_TYPE_KEY}
         info = {k: v for k, v in atoms.info.items()
                 if k not in labels and isinstance(v, (str, int, float, np.integer, np.floating))}
-        if "config_type" in atoms.info:
-            info["source_config_type"] = atoms.info["config_type"]
+        if CONFIG_TYPE_KEY in atoms.info:
+            info["source_config_type"] = atoms.info[CONFIG_TYPE_KEY]
     return RawFrame(
         source=source, index=index, numbers=atoms.arrays["numbers"],
         positions=atoms.arrays["positions"], cell=atoms.cell.array, pbc=atoms.pbc,

@@ -28,6 +28,7 @@ from tqdm import tqdm
 from cfmtrain import crash
 from cfmtrain.atomic import atomic_path
 from cfmtrain.frames.extxyz import iter_extxyz
+from cfmtrain.frames.labels import CONFIG_TYPE_KEY, KEYS
 from cfmtrain.frames.neighbors import GraphTooLargeError, check_cutoff, radius_graph
 from cfmtrain.frames.validate import (
     LIMITS,
@@ -39,8 +40,8 @@ from cfmtrain.frames.validate import (
 )
 from cfmtrain.graphs.provenance import shard_provenance
 from cfmtrain.graphs.store import open_shard, read_table, write_shard
+from cfmtrain.paper import CUTOFF
 
-KEYS = {"energy": "REF_energy", "forces": "REF_forces", "stress": "REF_stress"}
 NO_EDGES = "graphs without edges"  # counted, not skipped: a dissociated dimer is valid data
 CHUNK = 128  # frames validated together: the checks are vectorised over a chunk's arrays
 
@@ -57,7 +58,7 @@ def atoms_to_graph(atoms: Atoms, cutoff: float, keys: dict[str, str] = KEYS) -> 
         "positions": arrays["positions"], "numbers": arrays["numbers"], "cell": cell, "pbc": pbc,
         "edge_index": graph.edge_index, "unit_shifts": graph.unit_shifts,
         "energy": float(info[keys["energy"]]), "forces": arrays[keys["forces"]],
-        "stress": stress, "subset": str(info.get("config_type", "default")),
+        "stress": stress, "subset": str(info.get(CONFIG_TYPE_KEY, "default")),
         "min_length": graph.min_length,
     }
 
@@ -161,7 +162,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `cfmtrain graphs`."""
     parser.add_argument("--input", type=Path, required=True, help="extxyz shard of frames")
     parser.add_argument("--output", type=Path, required=True, help="HDF5 graph shard to write")
-    parser.add_argument("--cutoff", type=float, default=4.5, help="radius cutoff in Å")
+    parser.add_argument("--cutoff", type=float, default=CUTOFF, help="radius cutoff in Å")
     parser.add_argument("--dataset", help="data set recorded in the shard's provenance (default: "
                         "the frames manifest's, else the frames folder's parent's name)")
     parser.add_argument("--skip-invalid", action="store_true", help="skip and count bad frames")

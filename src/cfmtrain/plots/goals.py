@@ -19,9 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.paper import ABLATION
 from cfmtrain.plots.cells import cells_table, speedup_table
-
-VARIANTS = ("baseline", "balancer", "kernel", "both")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +42,7 @@ def read_cells(results: Path) -> pd.DataFrame:
     """The ablation cells of one run's results folder as Figure 6's table (speed-ups over each
     group's baseline); a folder without cells is an error naming it."""
     paths = sorted(p for p in results.glob("train/*/*/r*/summary.json")
-                   if p.parts[-3] in VARIANTS)
+                   if p.parts[-3] in ABLATION)
     if not paths:
         raise ValueError(f"{results}: no training cells (train/<data set>/<variant>/r<ranks>/"
                          "summary.json of baseline, balancer, kernel or both)")
@@ -66,9 +65,9 @@ def check_run(table: pd.DataFrame, max_spread: float, ranks: int, speedup_datase
                        "value": spread, "limit": max_spread, "passed": spread <= max_spread})
     for dataset in dict.fromkeys(table[table.ranks == ranks].dataset):
         order = order_at(table, dataset, ranks)
-        if not set(VARIANTS) <= set(order):
+        if not set(ABLATION) <= set(order):
             raise ValueError(f"{dataset} at {ranks} ranks: the table has {order}, not all of "
-                             f"{list(VARIANTS)}")
+                             f"{list(ABLATION)}")
         times = table[(table.dataset == dataset) & (table.ranks == ranks)].set_index(
             "variant").epoch_time_s
         passed = (order[0] == "both" and times["kernel"] <= times["baseline"]

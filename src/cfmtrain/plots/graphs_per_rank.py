@@ -11,6 +11,7 @@ import pandas as pd
 
 from cfmtrain.balance.costs import graph_costs
 from cfmtrain.balance.strategies import algorithm1, fixed_count
+from cfmtrain.paper import CAPACITY
 from cfmtrain.plots.common import plt, save
 
 PANELS = ("fixed_count", "algorithm1")
@@ -21,7 +22,7 @@ class Layout:
     """What Figure 12 shows: bins of `capacity` (size measure, a*atoms + b*edges for
     'linear'), `ranks` ranks, the first `steps` steps, `graphs_per_batch` for the fixed count."""
 
-    capacity: float = 3072
+    capacity: float = CAPACITY
     ranks: int = 8
     steps: int = 2
     graphs_per_batch: int = 4

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cfmtrain.paper import CUTOFF
 from cfmtrain.plots.common import plt, save
 
 
@@ -30,7 +31,7 @@ def draw_sizes(table: pd.DataFrame, output: str | Path, title: str) -> list[Path
     subsets = list(dict.fromkeys(table.subset))
     fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(subsets) + 2), sharey=True)
     for ax, column, text in ((axes[0], "atoms", "atoms per graph"),
-                             (axes[1], "edges", "edges per graph (4.5 Å cutoff)")):
+                             (axes[1], "edges", f"edges per graph ({CUTOFF:g} Å cutoff)")):
         data = [table[column][table.subset == s].to_numpy() for s in subsets]
         ax.boxplot(data, orientation="horizontal", whis=(0, 100), widths=0.6)
         for row, d in enumerate(data, start=1):

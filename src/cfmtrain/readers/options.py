@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from ase import units
 
+from cfmtrain.frames.labels import ENERGY_KEY, FORCES_KEY, STRESS_KEY
 from cfmtrain.frames.validate import Problem, RawFrame
 
 # Factor from the source's unit/sign convention to eV/A^3 in ASE's sign convention
@@ -23,9 +24,9 @@ STRESS_UNITS: dict[str, float] = {
 class ReadOptions:
     """Which keys hold the labels in the source files, and the stress unit."""
 
-    energy_key: str = "REF_energy"
-    forces_key: str = "REF_forces"
-    stress_key: str | None = "REF_stress"
+    energy_key: str = ENERGY_KEY
+    forces_key: str = FORCES_KEY
+    stress_key: str | None = STRESS_KEY
     stress_unit: str = "eV/A^3"
 
     @property

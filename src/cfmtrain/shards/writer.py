@@ -22,6 +22,7 @@ from tqdm import tqdm
 from cfmtrain import crash
 from cfmtrain.digest import file_digest
 from cfmtrain.frames.extxyz import write_shards as write_extxyz_shards
+from cfmtrain.frames.labels import CONFIG_TYPE_KEY, ENERGY_KEY, FORCES_KEY, STRESS_KEY
 from cfmtrain.frames.validate import (
     LIMITS,
     InvalidFrameError,
@@ -43,11 +44,11 @@ def build_atoms(frame: RawFrame, config_type: str) -> Atoms:
     atoms = Atoms(numbers=frame.numbers, positions=frame.positions, cell=frame.cell,
                   pbc=frame.pbc)
     atoms.info.update(frame.info)
-    atoms.info["REF_energy"] = energy
+    atoms.info[ENERGY_KEY] = energy
     if stress is not None:
-        atoms.info["REF_stress"] = stress
-    atoms.info.setdefault("config_type", config_type)  # own data's frames keep their own
-    atoms.arrays["REF_forces"] = forces
+        atoms.info[STRESS_KEY] = stress
+    atoms.info.setdefault(CONFIG_TYPE_KEY, config_type)  # own data's frames keep their own
+    atoms.arrays[FORCES_KEY] = forces
     for key, value in frame.arrays.items():
         atoms.arrays[key] = np.asarray(value)
     return atoms

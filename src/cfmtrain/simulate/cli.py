@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.paper import CAPACITY, CUTOFF, PAPER_GRAPHS
 from cfmtrain.simulate import allreduce, paper, strategies
 from cfmtrain.simulate import sizes as sizes_mod
 from cfmtrain.simulate.costmodel import BAND_LEVEL, CostModel, fit_cost_model
@@ -43,12 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="graph store folder(s): the data set's sizes and edges per atom of each subset")
     a("--distribution", choices=["table3", "dataset"], default="table3",
       help="table3: the paper's mixture drawn at --total-graphs; dataset: the store's graphs")
-    a("--total-graphs", type=int, default=sizes_mod.PAPER_GRAPHS)
+    a("--total-graphs", type=int, default=PAPER_GRAPHS)
     a("--ranks", type=int, nargs="+", default=list(DEFAULT_RANKS))
-    a("--weak", nargs="*", default=["600000:16", "1200000:32", "2650000:64"],
+    a("--weak", nargs="*", default=["600000:16", "1200000:32", f"{PAPER_GRAPHS}:64"],
       help="GRAPHS:RANKS pairs (GRAPHS <= 1 is a fraction of the distribution)")
     a("--graphs-per-batch", type=int, default=8, help="fixed-count variants, per rank")
-    a("--capacity", type=int, default=3072, help="Algorithm 1 bin capacity (atoms)")
+    a("--capacity", type=int, default=CAPACITY, help="Algorithm 1 bin capacity (atoms)")
     a("--strategies", nargs="*", default=["algorithm1"],
       help="packing strategies of cfmtrain.balance simulated besides the fixed count")
     a("--algorithm", choices=sorted(allreduce.ALGORITHMS), default="ring")
@@ -263,7 +264,7 @@ def _count_parameters(run: Run) -> float:
     stats = run.summary["stats"]
     zs = list(stats["zs"])
     model = build_model(cfg.model, DataStats(zs, [0.0] * len(zs), float(stats[
-        "avg_num_neighbors"]), 0.0, 1.0), cfg.model.r_max or 4.5, 0)
+        "avg_num_neighbors"]), 0.0, 1.0), cfg.model.r_max or CUTOFF, 0)
     width = 8 if cfg.model.dtype == "float64" else 4
     return float(sum(p.numel() for p in model.parameters() if p.requires_grad) * width)
 

@@ -1,7 +1,7 @@
 """Reading the training runs' results folders: summary.json, steps.csv and epochs.csv.
 
-The column names are those that cfmtrain.train writes; a file that lacks one is an error that
-names the file and the column.
+The column names are those that cfmtrain.train writes (steps.csv: cfmtrain.train.steps); a file
+that lacks one is an error that names the file and the column.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 
-# Per step and rank (steps.csv, cfmtrain.train.metrics.STEP_FIELDS) and per epoch (epochs.csv).
-# wait_s: the straggler wait (end of local backward until every rank is there); allreduce_s: the
-# gradient all-reduce itself; both NaN outside measurement mode.
-STEP_COLUMNS = ("epoch", "step", "rank", "graphs", "atoms", "edges", "data_s", "compute_s",
-                "wait_s", "allreduce_s", "optim_s", "step_s")
+from cfmtrain.train.steps import CPU_FIELDS, STEP_FIELDS
+
+# What steps.csv (per step and rank) and epochs.csv (per epoch) must hold: every StepRecord
+# field but the CPU times, which a steps.csv of an older version lacks.
+STEP_COLUMNS = tuple(name for name in STEP_FIELDS if name not in CPU_FIELDS)
 EPOCH_COLUMNS = ("epoch", "wall_s", "train_loss")
 SUMMARY_KEYS = ("variant", "ranks", "epoch_time_s")
 _RUN_DIR = re.compile(r"(?P<dataset>[^/]+)/(?P<variant>[^/]+)/r(?P<ranks>\d+)$")
@@ -54,7 +54,7 @@ class Run:
 
     def steps(self) -> pd.DataFrame:
         """steps.csv: one row per (step, rank)."""
-        return read_csv(self.folder / "steps.csv", STEP_COLUMNS)
+        return read_steps(self.folder / "steps.csv")
 
     def epochs(self) -> pd.DataFrame:
         """epochs.csv: one row per epoch."""
@@ -72,6 +72,11 @@ def read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     if frame.empty:
         raise ValueError(f"{path}: no rows")
     return frame
+
+
+def read_steps(path: Path) -> pd.DataFrame:
+    """A steps.csv (cfmtrain.train.steps.StepRecord's columns): one row per (step, rank)."""
+    return read_csv(path, STEP_COLUMNS)
 
 
 def load_run(path: str | Path) -> Run:

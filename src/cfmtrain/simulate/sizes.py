@@ -8,10 +8,8 @@ import dataclasses
 
 import numpy as np
 
-from cfmtrain.balance.mixture import TABLE3, mixture_sizes
-from cfmtrain.sources.mini import SUBSETS
-
-PAPER_GRAPHS = 2_650_000
+from cfmtrain.balance.mixture import ROWS, mixture_sizes
+from cfmtrain.paper import PAPER_GRAPHS
 
 
 @dataclasses.dataclass
@@ -48,7 +46,7 @@ def store_sizes(paths: list[str]) -> Sizes:
     """The per-graph table of a GraphStore (one folder, or several as a union)."""
     from cfmtrain.graphs.store import GraphStore  # lazy: h5py, torch; light command
 
-    store = GraphStore(paths if len(paths) > 1 else paths[0])
+    store = GraphStore(paths if len(paths) > 1 else paths[0], check_edges=False)
     return Sizes(np.asarray(store.num_atoms, np.int64), np.asarray(store.num_edges, np.int64),
                  np.asarray(store.subsets, np.int64), list(store.subset_names),
                  f"graph store {' + '.join(map(str, paths))}")
@@ -68,10 +66,10 @@ def table3_mixture(neighbours: dict[str, float], total: int = PAPER_GRAPHS,
                    seed: int = 0) -> Sizes:
     """The paper's Table 3 mixture of `total` graphs, atoms drawn by cfmtrain.balance.mixture
     (the project's one definition: uniform in each subset's range, MPtrj log-normal); edges are
-    atoms times the subset's measured edges per atom (`neighbours`, keyed by mini's subset names).
+    atoms times the subset's measured edges per atom (`neighbours`, keyed by mini's subset names,
+    the keys of cfmtrain.paper.TABLE3).
     """
-    mini_name = {s.paper_name: name for name, s in SUBSETS.items()}
-    names = [mini_name[paper_name] for paper_name in TABLE3]
+    names = [row.key for row in ROWS]
     missing = [name for name in names if name not in neighbours]
     if missing:
         raise ValueError(f"Table 3 mixture: no edges-per-atom for subsets {missing}; build the "

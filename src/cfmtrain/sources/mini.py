@@ -26,6 +26,8 @@ from tqdm import tqdm
 from cfmtrain.atomic import atomic_path
 from cfmtrain.digest import file_digest
 from cfmtrain.frames.extxyz import mace_frame, write_shards
+from cfmtrain.frames.labels import CONFIG_TYPE_KEY
+from cfmtrain.paper import TABLE3, TABLE3_GRAPHS
 from cfmtrain.sources.mini_structures import BUILDERS, TIP3P_RC, closest_contact
 
 GENERATOR_VERSION = "1"
@@ -49,32 +51,37 @@ class Subset:
     @property
     def share(self) -> float:
         """Fraction of the paper's 2.65M graphs."""
-        return self.paper_graphs / sum(s.paper_graphs for s in SUBSETS.values())
+        return self.paper_graphs / TABLE3_GRAPHS
 
 
-SUBSETS: dict[str, Subset] = {s.name: s for s in (
-    Subset("water_clusters", "Water clusters", (9, 75), 460_000, False, False, "TIP3P",
-           "3-25 rigid TIP3P waters grown into compact clusters by Boltzmann-weighted insertion"),
-    Subset("liquid_water", "Liquid water", (768, 768), 190_267, True, False, "TIP3P",
-           "256 rigid TIP3P waters in a periodic cube at 0.97-1.03 g/cm^3 (inserted, not MD)"),
-    Subset("cuni", "CuNi", (492, 500), 74_335, True, False, "EMT",
-           "random fcc Cu-Ni alloys, 5x5x5 cubic cells with 0-8 vacancies, strained, rattled"),
-    Subset("hea", "HEA", (36, 48), 25_628, True, True, "EMT",
-           "five-element random fcc/bcc alloys of EMT metals (the paper's HEA25 uses other "
-           "elements), 36 or 48 atoms"),
-    Subset("mptrj", "MPtrj", (1, 444), 1_580_312, True, True, "EMT",
-           "fcc/bcc/hcp/sc, ordered L1_2/L1_0/B2 and disordered crystals of EMT metals, skewed "
-           "and diagonal supercells (log-normal sizes, median 16), strained and rattled"),
-    Subset("tmd", "TMD", (16, 96), 219_627, True, True, "EMT",
-           "transition-metal dichalcogenides as three-plane EMT-metal sheets (X-M-X) with van "
-           "der Waals-like gaps or vacuum"),
-    Subset("zeolite", "Zeolite", (203, 408), 99_770, True, True, "EMT",
-           "zeolites as Al/Cu/Ni fcc frameworks with three crossing channels (22-38% of the "
-           "sites removed)"),
-    Subset("al_hcl", "Al-HCl(aq)", (281, 281), 884, True, True, "EMT+TIP3P",
-           "Al in HCl(aq) as an Al(100) slab (EMT) under 52 TIP3P waters, labelled as two "
-           "non-interacting subsystems; no Cl or hydronium"),
-)}
+# What `mini` generates for each row of the paper's Table 3 (cfmtrain.paper.TABLE3, whose order
+# the subsets follow): (periodic, stand-in chemistry, calculator, description)
+_GENERATED: dict[str, tuple[bool, bool, str, str]] = {
+    "water_clusters": (False, False, "TIP3P",
+        "3-25 rigid TIP3P waters grown into compact clusters by Boltzmann-weighted insertion"),
+    "liquid_water": (True, False, "TIP3P",
+        "256 rigid TIP3P waters in a periodic cube at 0.97-1.03 g/cm^3 (inserted, not MD)"),
+    "cuni": (True, False, "EMT",
+        "random fcc Cu-Ni alloys, 5x5x5 cubic cells with 0-8 vacancies, strained, rattled"),
+    "hea": (True, True, "EMT",
+        "five-element random fcc/bcc alloys of EMT metals (the paper's HEA25 uses other "
+        "elements), 36 or 48 atoms"),
+    "mptrj": (True, True, "EMT",
+        "fcc/bcc/hcp/sc, ordered L1_2/L1_0/B2 and disordered crystals of EMT metals, skewed "
+        "and diagonal supercells (log-normal sizes, median 16), strained and rattled"),
+    "tmd": (True, True, "EMT",
+        "transition-metal dichalcogenides as three-plane EMT-metal sheets (X-M-X) with van "
+        "der Waals-like gaps or vacuum"),
+    "zeolite": (True, True, "EMT",
+        "zeolites as Al/Cu/Ni fcc frameworks with three crossing channels (22-38% of the "
+        "sites removed)"),
+    "al_hcl": (True, True, "EMT+TIP3P",
+        "Al in HCl(aq) as an Al(100) slab (EMT) under 52 TIP3P waters, labelled as two "
+        "non-interacting subsystems; no Cl or hydronium"),
+}
+SUBSETS: dict[str, Subset] = {
+    row.key: Subset(row.key, row.name, row.atoms, row.graphs, *_GENERATED[row.key])
+    for row in TABLE3}
 
 
 def subset_counts(scale: float = 1.0) -> dict[str, int]:
@@ -170,7 +177,7 @@ def generate_mini(
 
     def counted() -> Iterator[Atoms]:
         for frame in iter_mini_frames(scale, seed, workers, progress):
-            per_subset[frame.info["config_type"]] += 1
+            per_subset[frame.info[CONFIG_TYPE_KEY]] += 1
             yield frame
 
     counts = write_shards(counted(), paths)

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cfmtrain.frames.labels import ENERGY_KEY, FORCES_KEY, STRESS_KEY
+from cfmtrain.paper import TABLE3
+
 SOURCES = ("download", "manual", "generated")
+PAPER_NAMES = {row.key: row.name for row in TABLE3}  # the data sets' names in Table 3
 
 
 @dataclass(frozen=True)
@@ -28,9 +32,9 @@ class SourceFile:
 class SourceKeys:
     """Where a source keeps its labels (info/array keys, or ASE calculator results)."""
 
-    energy: str = "REF_energy"
-    forces: str = "REF_forces"
-    stress: str | None = "REF_stress"
+    energy: str = ENERGY_KEY
+    forces: str = FORCES_KEY
+    stress: str | None = STRESS_KEY
     stress_unit: str = "eV/A^3"  # see cfmtrain.readers.options.STRESS_UNITS
 
 
@@ -101,7 +105,7 @@ def _register(entry: DatasetEntry) -> None:
 
 _register(DatasetEntry(
     name="mptrj",
-    paper_name="MPtrj",
+    paper_name=PAPER_NAMES["mptrj"],
     citation=("B. Deng et al., CHGNet as a pretrained universal neural network potential for "
               "charge-informed atomistic modelling, Nat. Mach. Intell. 5, 1031 (2023)"),
     doi="10.6084/m9.figshare.23713842",
@@ -128,7 +132,7 @@ _register(DatasetEntry(
 
 _register(DatasetEntry(
     name="mptrj_extxyz",
-    paper_name="MPtrj (extxyz export)",
+    paper_name=f"{PAPER_NAMES['mptrj']} (extxyz export)",
     citation="MPtrj as extxyz, Matbench Discovery data files (2024-09-03-mp-trj.extxyz.zip)",
     doi=None,
     license="see the figshare record (Matbench Discovery data files)",
@@ -150,7 +154,7 @@ _register(DatasetEntry(
 
 _register(DatasetEntry(
     name="hea",
-    paper_name="HEA (HEA25)",
+    paper_name=f"{PAPER_NAMES['hea']} (HEA25)",
     citation=("N. Lopanitsyna, G. Fraux, M. A. Springer, S. De, M. Ceriotti, Modeling "
               "high-entropy transition metal alloys with alchemical compression, "
               "Phys. Rev. Materials 7, 045802 (2023)"),
@@ -175,7 +179,7 @@ file URL, so download it by hand:
 
 _register(DatasetEntry(
     name="water_clusters",
-    paper_name="Water clusters",
+    paper_name=PAPER_NAMES["water_clusters"],
     citation=("H. Helal et al., Acceleration of Graph Neural Network-Based Prediction Models in "
               "Chemistry via Co-Design Optimization on Intelligence Processing Units, "
               "J. Chem. Inf. Model. 64, 1568 (2024); HydroNet, arXiv:2012.00131"),
@@ -206,7 +210,7 @@ public force-labelled version of the paper's set.
 
 _register(DatasetEntry(
     name="cuni",
-    paper_name="CuNi",
+    paper_name=PAPER_NAMES["cuni"],
     citation=("H. W. Sprueill, J. A. Bilbrey, Q. Pang, P. V. Sushko, Active sampling for neural "
               "network potentials: Accelerated simulations of shear-induced deformation in Cu-Ni "
               "multilayers, J. Chem. Phys. 158(11) (2023)"),
@@ -226,7 +230,7 @@ The CuNi data are on PNNL DataHub (dataset 33219), which hands files out through
 
 _register(DatasetEntry(
     name="tmd",
-    paper_name="TMD",
+    paper_name=PAPER_NAMES["tmd"],
     citation=("S. E. Muller, M. P. Prange, Z. Lu, W. S. Rosenthal, J. A. Bilbrey, An open "
               "database of computed bulk ternary transition metal dichalcogenides, "
               "Sci. Data 10, 336 (2023)"),
@@ -246,13 +250,13 @@ direct file URL, nor whether the paper's 219,627 frames are exactly that record.
     notes="Layered ternary TMD cells of 16-96 atoms in the paper's mix, periodic.",
 ))
 
-for _name, _paper, _note in (
-    ("liquid_water", "Liquid water", "768-atom periodic boxes of liquid water."),
-    ("al_hcl", "Al-HCl(aq)", "281-atom periodic cells of aluminium ions in aqueous HCl."),
-    ("zeolite", "Zeolite", "Periodic zeolite frameworks with solvent in the pores, 203-408 atoms."),
+for _name, _note in (
+    ("liquid_water", "768-atom periodic boxes of liquid water."),
+    ("al_hcl", "281-atom periodic cells of aluminium ions in aqueous HCl."),
+    ("zeolite", "Periodic zeolite frameworks with solvent in the pores, 203-408 atoms."),
 ):
     _register(DatasetEntry(
-        name=_name, paper_name=_paper, doi=None, license="unknown",
+        name=_name, paper_name=PAPER_NAMES[_name], doi=None, license="unknown",
         citation="used by Firoz et al. (HPDC 2025) without a public source",
         source="manual", format="extxyz|ase-db", converter="ase",
         instructions=_MANUAL_OWN_FILES.format(name=_name), notes=_note,

@@ -20,9 +20,10 @@ import mace  # noqa: F401  (before e3nn: see SPEC)
 import torch
 
 from cfmtrain.dist import distenv
+from cfmtrain.paper import VARIANTS
 from cfmtrain.train.build import build_run, data_identity, open_store
 from cfmtrain.train.checkpoint import load_checkpoint, load_latest
-from cfmtrain.train.config import VARIANTS, ConfigError, load_config, to_dict
+from cfmtrain.train.config import ConfigError, load_config, to_dict
 from cfmtrain.train.loop import StopFlag
 from cfmtrain.train.model import check_model_config
 from cfmtrain.train.runner import train

@@ -18,8 +18,9 @@ from typing import Any, Literal
 
 import yaml
 
-VARIANTS = ("baseline", "balancer", "kernel", "both", "matched")
-Variant = Literal["baseline", "balancer", "kernel", "both", "matched"]
+from cfmtrain.paper import VARIANTS
+
+Variant = Literal[VARIANTS]  # Literal of a tuple: the same as Literal of its items
 
 
 class ConfigError(ValueError):

@@ -17,6 +17,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from cfmtrain.train.loss import distributed_loss
 from cfmtrain.train.metrics import ErrorSums, StepTimes
 from cfmtrain.train.sampling import global_step_counts, loss_normalizers
+from cfmtrain.train.steps import StepRecord
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -105,14 +106,15 @@ def train_step(run, batch, graphs: float, atoms: float, step: int, times: StepTi
     return loss, pred
 
 
-def train_epoch(run, epoch: int, skip: int, on_step: Callable[[int, list], bool]) -> list[list]:
+def train_epoch(run, epoch: int, skip: int, on_step: Callable[[int, StepRecord], bool]
+                ) -> list[StepRecord]:
     """Steps `skip`.. of `epoch`; `on_step(steps_done_in_epoch, record)` returns True to stop.
-    Returns this rank's step records (metrics.STEP_FIELDS)."""
+    Returns this rank's step records."""
     run.sampler.set_epoch(epoch)  # keeps a resumed sampler's start step within its epoch
     counts = loss_normalizers(global_step_counts(run.sampler, run.train_set.num_atoms),
                               run.cfg.epoch_normalized)
     loader = run.make_loader(run.train_set, run.sampler)  # starts at step `skip` when resumed
-    records: list[list] = []
+    records: list[StepRecord] = []
     iterator, step = iter(loader), skip
     try:
         while True:
@@ -128,10 +130,13 @@ def train_epoch(run, epoch: int, skip: int, on_step: Callable[[int, list], bool]
             run.train_errors.add(batch, pred, run.cfg.optim.stress_weight > 0)
             run.global_step += 1
             step += 1
-            record = [epoch, run.global_step - 1, run.env.rank, int(batch.num_graphs),
-                      int(batch.num_nodes), int(batch.edge_index.shape[1]), times.data_s,
-                      times.compute_s, times.wait_s, times.allreduce_s, times.optim_s,
-                      times.step_s, float(loss) / world_size(), times.cpu_s, times.compute_cpu_s]
+            record = StepRecord(
+                epoch=epoch, step=run.global_step - 1, rank=run.env.rank,
+                graphs=int(batch.num_graphs), atoms=int(batch.num_nodes),
+                edges=int(batch.edge_index.shape[1]), data_s=times.data_s,
+                compute_s=times.compute_s, wait_s=times.wait_s, allreduce_s=times.allreduce_s,
+                optim_s=times.optim_s, step_s=times.step_s, loss=float(loss) / world_size(),
+                cpu_s=times.cpu_s, compute_cpu_s=times.compute_cpu_s)
             records.append(record)
             if on_step(step, record):
                 break

@@ -1,5 +1,5 @@
 """Error sums (energy per atom and force MAE, loss terms) accumulated per rank and all-reduced,
-and the per-step timing record of one rank.
+and the per-step timing of one rank (its record, a row of steps.csv, is train.steps.StepRecord).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from cfmtrain.train.loss import combine
 
 # Layout of an ErrorSums vector.
 FIELDS = ("loss_e", "loss_f", "loss_s", "abs_e_per_atom", "abs_f", "graphs", "atoms")
-STEP_FIELDS = ("epoch", "step", "rank", "graphs", "atoms", "edges", "data_s", "compute_s",
-               "wait_s", "allreduce_s", "optim_s", "step_s", "loss", "cpu_s", "compute_cpu_s")
 
 
 def per_graph_errors(batch, pred: dict, use_stress: bool) -> torch.Tensor:

@@ -26,7 +26,8 @@ from cfmtrain.train import summary
 from cfmtrain.train.build import Run
 from cfmtrain.train.config import TrainConfig
 from cfmtrain.train.loop import StopFlag, evaluate, train_epoch, world_size
-from cfmtrain.train.metrics import STEP_FIELDS, ErrorSums
+from cfmtrain.train.metrics import ErrorSums
+from cfmtrain.train.steps import STEP_FIELDS, StepRecord
 from cfmtrain.train.warmup import warm_up
 
 
@@ -42,12 +43,12 @@ class Recorder:
         self.epochs = [r for r in summary.read_rows(out / "epochs.csv")
                        if int(r["epoch"]) < epoch] if is_main else []
 
-    def add_steps(self, records: list[list]) -> None:
+    def add_steps(self, records: list[StepRecord]) -> None:
         """Gather every rank's step records to rank 0 and write steps.csv (a collective)."""
         gathered = _all_ranks(records)
         if self.is_main:
-            rows = sorted((r for part in gathered for r in part), key=lambda r: (r[1], r[2]))
-            self.steps += [dict(zip(STEP_FIELDS, r, strict=True)) for r in rows]
+            rows = sorted((r for part in gathered for r in part), key=lambda r: (r.step, r.rank))
+            self.steps += [r.row() for r in rows]
             summary.write_rows(self.out / "steps.csv", STEP_FIELDS, self.steps)
 
     def epoch_records(self, epoch: int) -> np.ndarray:
@@ -86,11 +87,11 @@ def run_epoch(run: Run, epoch: int, skip: int, partial: dict | None, stop: StopF
     steps = len(run.sampler)
     bar = tqdm(total=steps, initial=skip, desc=f"epoch {epoch}", unit="step", file=sys.stderr,
                disable=not (main and cfg.progress), mininterval=1.0, leave=False)
-    pending: list[list] = []
+    pending: list[StepRecord] = []
     halt = {"now": False, "mid": False}
     last_epoch = epoch + 1 >= cfg.epochs
 
-    def on_step(done: int, record: list) -> bool:
+    def on_step(done: int, record: StepRecord) -> bool:
         pending.append(record)
         bar.update(1)
         budget = 0 < cfg.max_steps <= run.global_step and not (last_epoch and done == steps)

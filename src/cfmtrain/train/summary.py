@@ -19,6 +19,7 @@ from ase.data import chemical_symbols
 from cfmtrain.atomic import atomic_path
 from cfmtrain.kernels import dense, isa
 from cfmtrain.train.config import to_dict
+from cfmtrain.train.steps import STEP_FIELDS
 
 PACKAGES = ("cfmtrain", "torch", "mace-torch", "e3nn", "numpy", "cuequivariance-torch")
 EPOCH_FIELDS = ("epoch", "wall_s", "valid_s", "steps", "resumed", "lr", "train_loss",
@@ -47,11 +48,12 @@ def write_rows(path: Path, fields: tuple[str, ...], rows: list) -> None:
 
 def compute_balance(records: np.ndarray, ranks: int) -> tuple[float, float]:
     """(max over ranks / mean over ranks) of the summed compute time, and mean straggler wait
-    per step, from the epoch's step records of all ranks (metrics.STEP_FIELDS)."""
+    per step, from the epoch's step records of all ranks (columns: steps.STEP_FIELDS)."""
+    rank, compute, wait = (records[:, STEP_FIELDS.index(name)]
+                           for name in ("rank", "compute_s", "wait_s"))
     per_rank = np.zeros(ranks)
-    np.add.at(per_rank, records[:, 2].astype(int), records[:, 7])
+    np.add.at(per_rank, rank.astype(int), compute)
     ratio = float(per_rank.max() / per_rank.mean()) if per_rank.mean() > 0 else math.nan
-    wait = records[:, 8]
     return ratio, float(np.nanmean(wait)) if np.isfinite(wait).any() else math.nan
 
 
