@@ -13,6 +13,7 @@
 
 #include "algorithm1.h"
 #include "common.h"
+#include "oversize.h"
 #include "rebalance.h"
 #include "refine.h"
 
@@ -284,6 +285,9 @@ void define_all(py::module_& m, const std::string& suffix) {
   m.def(("order_descending" + suffix).c_str(), &order_descending<T>, py::arg("sizes"),
         py::arg("candidates"), py::arg("seed") = -1,
         "Order of candidates by size, descending: stable, or ties shuffled from seed >= 0.");
+  m.def(("oversize_partners" + suffix).c_str(), &oversize_partners<T>, py::arg("cumulative"),
+        py::arg("big_sizes"), py::arg("num_ranks"), py::arg("fill"),
+        "The partner bin runs of the oversize graphs' steps: (placed per graph, run ends).");
   define_peers<T>(m, suffix);
 }
 

@@ -89,54 +89,54 @@ def pack_plan(sizes, capacity: float, num_ranks: int, *, oversize: Oversize = "e
         return Plan(*fn(typed, order, cap, num_ranks, refine), num_ranks)
     fn, typed, cap = kernel("algorithm1", sizes, capacity)
     flat, offsets = fn(typed, order, cap, num_ranks, refine)
-    steps, flat, offsets, big = oversize_steps(sizes, big, flat, offsets, num_ranks, rng)
+    head, flat, offsets, big = oversize_steps(sizes, big, flat, offsets, num_ranks, rng)
     flat = np.concatenate([flat, big])  # each oversize graph left alone in a bin of its own
     offsets = np.concatenate([offsets, offsets[-1] + np.arange(1, len(big) + 1)])
     plan = finalize(flat, offsets, sizes, num_ranks)
     plan = rebalance(plan, sizes, capacity) if refine else plan
-    if not len(steps):
+    if head is None:
         return plan
-    head = Plan.from_bins(steps, num_ranks)  # the large graphs' steps first, then the rest
-    return Plan(np.concatenate([head.flat, plan.flat]),
+    return Plan(  # the large graphs' steps first, then the rest
+        np.concatenate([head.flat, plan.flat]),
                 np.concatenate([head.offsets, head.offsets[-1] + plan.offsets[1:]]), num_ranks)
 
 
 def oversize_steps(sizes: np.ndarray, big: np.ndarray, flat: np.ndarray, offsets: np.ndarray,
                    num_ranks: int, rng: np.random.Generator | None
-                   ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+                   ) -> tuple[Plan | None, np.ndarray, np.ndarray, np.ndarray]:
     """A step for each graph above the capacity (largest first) whose other ranks get bins of
     the packed small graphs merged up to that graph's size (at least OVERSIZE_FILL of it): the step
     takes the time the graph alone takes, and the graph is trained beside the other kinds of
     structure instead of beside another large cell (steps of large cells alone slowed the
-    energy's learning on mixed data, README "Balancing that keeps accuracy"). Bins are taken
-    at random with `rng`, else the lightest first.
+    energy's learning on mixed data). Bins are taken at random with `rng`, else the lightest
+    first. The scan is compiled (`_balance.oversize_partners`), the rest vectorised: no loop
+    over graphs or ranks here.
 
-    Returns (the steps' bins, the bins left as CSR flat and offsets, the graphs left over)."""
+    Returns (the steps as a plan, or None; the bins left as CSR flat and offsets; the graphs
+    left over)."""
     if num_ranks == 1 or not len(big):
-        return [], flat, offsets, big
+        return None, flat, offsets, big
     packed = Plan(flat, offsets, 1)
     loads = packed.loads(sizes)
     pool = rng.permutation(len(loads)) if rng is not None else np.argsort(loads, kind="stable")
-    cumulative = np.cumsum(loads[pool])
-    taken, steps, left = 0, [], []
-    for g in big[np.argsort(-sizes[big], kind="stable")]:
-        ends, end = [], taken
-        for _ in range(num_ranks - 1):  # each partner: the most bins that stay within the size
-            before = cumulative[end - 1] if end else 0
-            stop = int(np.searchsorted(cumulative, before + sizes[g], side="right"))
-            if stop == end or cumulative[stop - 1] - before < OVERSIZE_FILL * sizes[g]:
-                break
-            ends.append(stop)
-            end = stop
-        if len(ends) < num_ranks - 1:
-            left.append(g)  # the small graphs left cannot fill its step: alone, as before
-            continue
-        steps.append(np.array([g], np.int64))
-        for stop in ends:
-            steps.append(packed.reordered(pool[taken:stop]).flat)
-            taken = stop
+    order = big[np.argsort(-sizes[big], kind="stable")]
+    scan, typed, _ = kernel("oversize_partners", sizes, 0)
+    cumulative = np.cumsum(loads[pool]).astype(typed.dtype)
+    placed, ends = scan(cumulative, typed[order], num_ranks, OVERSIZE_FILL)
+    placed = placed.astype(bool)
+    taken = int(ends[-1]) if len(ends) else 0
     rest = packed.reordered(np.sort(pool[taken:]))
-    return steps, rest.flat, rest.offsets, np.asarray(left, np.int64)
+    if not placed.any():
+        return None, rest.flat, rest.offsets, order[~placed]
+    # the partners' graphs, bin runs back to back in pool order, and each run's graph count
+    merged = packed.reordered(pool[:taken])
+    run_graphs = np.diff(merged.offsets[np.concatenate([[0], ends])])
+    counts = np.column_stack([np.ones(placed.sum(), np.int64),
+                              run_graphs.reshape(-1, num_ranks - 1)])
+    starts = merged.offsets[np.concatenate([[0], ends[num_ranks - 2::num_ranks - 1][:-1]])]
+    head_flat = np.insert(merged.flat, starts, order[placed])
+    head = Plan(head_flat, np.concatenate([[0], np.cumsum(counts.ravel())]), num_ranks)
+    return head, rest.flat, rest.offsets, order[~placed]
 
 
 def pack_bins(sizes, capacity: float, num_ranks: int, *, oversize: Oversize = "error",
