@@ -32,28 +32,46 @@ from cfmtrain.train.warmup import warm_up
 
 
 class Recorder:
-    """Rank 0's rows of steps.csv and epochs.csv (rows past a resumed checkpoint dropped)."""
+    """Rank 0's rows of steps.csv and epochs.csv (rows past a resumed checkpoint dropped).
+
+    steps.csv is appended after each epoch, never rewritten (but once at a resume, to drop the
+    rows past the checkpoint and a line cut short by a kill); only the latest epoch's rows are
+    held in memory."""
 
     def __init__(self, out: Path, is_main: bool, global_step: int, epoch: int):
         self.out, self.is_main = out, is_main
-        # a steps.csv of an older version lacks the later columns (CPU time): NaN there
-        self.steps = [{k: r.get(k, "nan") for k in STEP_FIELDS}
-                      for r in summary.read_rows(out / "steps.csv")
-                      if int(r["step"]) < global_step] if is_main else []
+        self.epoch_rows: list[dict] = []
+        path = out / "steps.csv"
+        if is_main and path.exists():
+            # a steps.csv of an older version lacks the later columns (CPU time): NaN there
+            kept = [{k: r.get(k) or "nan" for k in STEP_FIELDS} for r in summary.read_rows(path)
+                    if None not in r.values() and r.get("step") and int(r["step"]) < global_step]
+            summary.write_rows(path, STEP_FIELDS, kept)
+            self.epoch_rows = [r for r in kept if int(r["epoch"]) == epoch]
         self.epochs = [r for r in summary.read_rows(out / "epochs.csv")
                        if int(r["epoch"]) < epoch] if is_main else []
 
     def add_steps(self, records: list[StepRecord]) -> None:
-        """Gather every rank's step records to rank 0 and write steps.csv (a collective)."""
+        """Gather every rank's step records to rank 0 and append them to steps.csv (a
+        collective)."""
         gathered = _all_ranks(records)
         if self.is_main:
             rows = sorted((r for part in gathered for r in part), key=lambda r: (r.step, r.rank))
-            self.steps += [r.row() for r in rows]
-            summary.write_rows(self.out / "steps.csv", STEP_FIELDS, self.steps)
+            if not rows:
+                return
+            if self.epoch_rows and int(self.epoch_rows[-1]["epoch"]) != rows[0].epoch:
+                self.epoch_rows = []
+            self.epoch_rows += [r.row() for r in rows]
+            summary.append_rows(self.out / "steps.csv", STEP_FIELDS, [r.row() for r in rows])
+
+    def all_steps(self) -> list[dict]:
+        """Every row of steps.csv (read once, at the end of a run; rank 0 only)."""
+        return summary.read_rows(self.out / "steps.csv") if self.is_main else []
 
     def epoch_records(self, epoch: int) -> np.ndarray:
         """This epoch's step rows (all ranks) as floats."""
-        rows = [[float(r[k]) for k in STEP_FIELDS] for r in self.steps if int(r["epoch"]) == epoch]
+        rows = [[float(r[k]) for k in STEP_FIELDS] for r in self.epoch_rows
+                if int(r["epoch"]) == epoch]
         return np.array(rows).reshape(-1, len(STEP_FIELDS))
 
     def add_epoch(self, row: dict) -> None:
@@ -181,12 +199,13 @@ def finish(run: Run, recorder: Recorder, host: dict) -> dict:
                                         f"F {r['mae_forces_meV_per_A']:8.1f} meV/Å" for r in rows),
           file=sys.stderr)
     ckpt.export_model(run, run.out / "final.model")
-    steps = np.array([[float(r["graphs"]), float(r["atoms"])] for r in recorder.steps])
+    all_steps = recorder.all_steps()
+    steps = np.array([[float(r["graphs"]), float(r["atoms"])] for r in all_steps])
     batch = {"mean_graphs_per_batch": float(steps[:, 0].mean()) if len(steps) else math.nan,
              "mean_atoms_per_batch": float(steps[:, 1].mean()) if len(steps) else math.nan,
              "model_file": "final.model",
              "units": {"energy": "eV/atom", "forces": "eV/Å", "time": "s"}}
-    cpu, ratio = contention.compute_wall_cpu(recorder.steps, summary.FIRST_TIMED_EPOCH
+    cpu, ratio = contention.compute_wall_cpu(all_steps, summary.FIRST_TIMED_EPOCH
                                              if len(recorder.epochs) > 1 else 0)
     load = {**host, "cpu_time_s": cpu, "wall_cpu_ratio": ratio}
     result = summary.summarize(run, recorder.epochs, test.as_dict(cfg.optim), batch, load)

@@ -46,6 +46,16 @@ def write_rows(path: Path, fields: tuple[str, ...], rows: list) -> None:
             writer.writerow([row[k] for k in fields] if isinstance(row, dict) else row)
 
 
+def append_rows(path: Path, fields: tuple[str, ...], rows: list[dict]) -> None:
+    """Append rows (dicts) to a CSV, its header first when the file is new."""
+    new = not path.exists()
+    with open(path, "a", newline="") as f:
+        writer = csv.writer(f)
+        if new:
+            writer.writerow(fields)
+        writer.writerows([row[k] for k in fields] for row in rows)
+
+
 def compute_balance(records: np.ndarray, ranks: int) -> tuple[float, float]:
     """(max over ranks / mean over ranks) of the summed compute time, and mean straggler wait
     per step, from the epoch's step records of all ranks (columns: steps.STEP_FIELDS)."""
