@@ -270,6 +270,7 @@ def built(tmp_path_factory) -> Path:
     return repo
 
 
+@pytest.mark.workflow
 def test_graphs_from_only_paths(built):
     store = GraphStore(built / "results/graphs/own")
     assert len(store) == 10
@@ -279,6 +280,7 @@ def test_graphs_from_only_paths(built):
         "Jo's data/a.xyz", "Jo's data/b.xyz", "Jo's data/more/c.extxyz"]
 
 
+@pytest.mark.workflow
 def test_a_cell_trains_from_only_paths_into_an_ordinary_mace_model(built):
     """Issue #12's 'done when': an extxyz written by ASE, a `kind: files` entry with `paths`, and
     a training cell of the default config; the model is a mace-torch model ASE can use."""
@@ -299,6 +301,7 @@ def test_a_cell_trains_from_only_paths_into_an_ordinary_mace_model(built):
         len(atoms), 3)
 
 
+@pytest.mark.workflow
 def test_graphs_rebuilt_when_a_file_is_edited_added_or_removed(built):
     config = ("--configfile", "config/own.yaml")
     assert planned(built, "graphs", *config) == set()
@@ -319,15 +322,16 @@ def test_graphs_rebuilt_when_a_file_is_edited_added_or_removed(built):
 
 
 def readme_section() -> tuple[str, list[str]]:
-    """The YAML example and the snakemake commands of README.md's "## Your own data"."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Your own data", 1)[1].split("\n## ", 1)[0]
+    """The YAML example and the snakemake commands of docs/own-data.md's "## Real DFT data"."""
+    text = (ROOT / "docs/own-data.md").read_text()
+    section = text.split("## Real DFT data", 1)[1].split("\n## ", 1)[0]
     example = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
     commands = [line for block in re.findall(r"```bash\n(.*?)```", section, re.S)
                 for line in block.splitlines() if line.startswith("snakemake ")]
     return example, commands
 
 
+@pytest.mark.workflow
 def test_readme_example_plans_as_written(tmp_path):
     """The README's config and commands, on tiny ASE-written files at the example's paths:
     TiAl-like (energy, `force`, `virial`) and ethanol-like with isolated atoms."""
@@ -369,9 +373,9 @@ def test_readme_example_plans_as_written(tmp_path):
     for frame, (_, stress) in zip(got, want, strict=True):
         np.testing.assert_allclose(np.reshape(frame.info["REF_stress"], (3, 3)), stress,
                                    atol=1e-12)
-    # config/real_dft.yaml: the union of both sets, raced against mace_run_train (README)
+    # config/real_dft.yaml: the union of both sets, raced against mace_run_train (docs/accuracy.md)
     command = "snakemake --profile profiles/local accuracy --configfile config/real_dft.yaml"
-    assert command in (ROOT / "README.md").read_text()
+    assert command in (ROOT / "docs/accuracy.md").read_text()
     (repo / "config/real_dft.yaml").symlink_to(ROOT / "config/real_dft.yaml")
     output = snakemake(repo, "-n", "--printshellcmds", *command.split()[1:])
     assert re.search(r"cfmtrain bench accuracy --graphs results/graphs/tial "

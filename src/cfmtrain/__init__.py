@@ -3,7 +3,7 @@
 Reproduces Firoz et al., HPDC 2025, as a Snakemake pipeline; see README.md.
 
 Importing cfmtrain changes no torch.load default. It only lets e3nn's own constants file load,
-whatever the import order (issue #11): e3nn's `e3nn.o3._wigner` calls `torch.load` on its
+whatever the import order: e3nn's `e3nn.o3._wigner` calls `torch.load` on its
 `constants.pt` at import, which torch >= 2.6's weights-only default refuses because the file
 holds `slice` objects. mace-torch avoids that by setting TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 for
 the whole process when `mace` is imported. cfmtrain allows the `slice` builtin (inert: it runs

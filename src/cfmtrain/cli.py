@@ -25,7 +25,8 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "graphs": ("cfmtrain.graphs.build", "build radius graphs into an HDF5 shard", False),
     "stats": ("cfmtrain.graphs.stats", "data set statistics: Table 3", False),
     "balance": ("cfmtrain.balance.report", "packing-quality table of every strategy", False),
-    "bench": ("cfmtrain.bench.cli", "benchmarks: graphs, balance, kernels, loader, accuracy", True),
+    "bench": ("cfmtrain.bench.cli", "benchmarks: graphs, balance, kernels, isa, md, loader, "
+              "accuracy, host, compare", True),
     "launch": ("cfmtrain.dist.launch", "run R ranks: srun under Slurm, else torchrun", False),
     "train": ("cfmtrain.train.cli", "data-parallel MACE training (one run)", True),
     "cell": ("cfmtrain.measure.repeats", "one ablation cell: repeated training runs and their "
@@ -34,8 +35,10 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
                        "mace-torch's own mace_run_train", True),
     "sweep": ("cfmtrain.sweep.cli", "batch-size and bin-capacity sweeps", True),
     "simulate": ("cfmtrain.simulate.cli", "cost model and epoch-time simulator", False),
-    "goals": ("cfmtrain.plots.goals", "issue #13's ablation goals (spread, ordering, "
+    "goals": ("cfmtrain.plots.goals", "the ablation's goals (spread, ordering, "
               "speed-up) checked on the training cells of consecutive runs", False),
+    "docs": ("cfmtrain.docs", "the generated documentation: the README's results table, the "
+             "benchmark tables and the config reference", False),
     "figure": ("cfmtrain.plots.cli", "one figure of the paper from results files: its table "
                "(CSV), then the image", False),
 }

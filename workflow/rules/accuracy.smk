@@ -1,4 +1,4 @@
-# Time to accuracy (issue #12, target `accuracy`, not in `all`): cfmtrain baseline and both
+# Time to accuracy (target `accuracy`, not in `all`): cfmtrain baseline and both
 # against mace-torch's own mace_run_train on the same split, model, epochs, E0s and batches.
 ACCURACY = config["accuracy"]
 # the benchmark's summary per data set of config `accuracy.datasets`

@@ -87,7 +87,7 @@ def ablation_targets():
     datasets, variants and ranks), in the order they run: group by group (a data set at a rank
     count, in the matrix's order), the group's variants one after another. The variants a
     figure compares are then timed minutes apart, not across the whole run: the host's speed
-    drifts over minutes (README, issue #13), and a comparison across a drift moves the
+    drifts over minutes (docs/experiments.md), and a comparison across a drift moves the
     ordering."""
     cells = [
         f"results/train/{d}/{v}/r{r}/summary.json"

@@ -3,7 +3,7 @@
 After the algorithm, bins are made a multiple of R (empty bins only when there are fewer graphs
 than bins) and ordered by load so that the R bins of a step carry near-equal loads.
 `refine=True` (the default) adds our two refinements, not the paper's, each acting only when
-Algorithm 1 misses a goal of issue #3: above the lower bound + R bins, its leftovers are refilled
+Algorithm 1 misses a goal: above the lower bound + R bins, its leftovers are refilled
 into the gaps of its first round (kernels/balance/refine.h); below a step balance of 0.999, the
 uneven steps are dealt again by LPT within the capacity (kernels/balance/rebalance.h).
 """

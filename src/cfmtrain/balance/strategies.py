@@ -73,7 +73,7 @@ def mix_equal_loads(plan: Plan, sizes: np.ndarray, rng: np.random.Generator) -> 
     """The plan with bins of equal load exchanged at random across steps: every step keeps its
     loads (so its balance), but bins built in a row from alike graphs (a 54-atom cell topped up
     with dimers, twice) no longer meet in one step. Steps made only of one kind of structure
-    slowed the energy's learning on mixed data (README, "Balancing that keeps accuracy")."""
+    slowed the energy's learning on mixed data (docs/accuracy.md)."""
     loads = plan.loads(sizes)
     slots = np.lexsort((np.arange(len(loads)), loads))  # bin positions grouped by load
     bins = np.lexsort((rng.random(len(loads)), loads))  # the same groups, in random order

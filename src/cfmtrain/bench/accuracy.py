@@ -47,7 +47,7 @@ PRESETS = {
     "quick": {"hidden_irreps": "8x0e+8x1o", "max_ell": 1, "correlation": 2, "epochs": 5},
     "goals": {"hidden_irreps": "32x0e+32x1o", "max_ell": 2, "correlation": 3, "epochs": 2},
 }
-SPEEDUP_GOAL = 3.0  # issue #12: `both` reaches mace_run_train's final accuracy >= 3x sooner
+SPEEDUP_GOAL = 3.0  # the goal: `both` reaches mace_run_train's final accuracy >= 3x sooner
 MAE_TOLERANCE = 0.10  # ... and every run's MAE at equal epochs is within 10% of mace's
 E0_TOLERANCE_EV = 1e-3
 DATA_WAIT_GOAL_PCT = 5.0  # ... and cfmtrain's steps wait for data at most this share of the time

@@ -28,7 +28,7 @@ AXES = ("systems", "shapes", "atoms", "impls")
 PRESETS: dict[str, dict] = {
     # the test suite's: the harness end to end in seconds
     "test": {"systems": ("fcc", "water"), "shapes": ("tiny",), "atoms": (100,), "steps": 3},
-    # issue #14's goal: the MP-0 medium shape at 5k atoms, both systems
+    # the MD goal: the MP-0 medium shape at 5k atoms, both systems
     "goals": {"systems": ("fcc", "water"), "shapes": ("mp0-medium",), "atoms": (5000,),
               "steps": 5},
     # everything the issue asks for: 1k, 5k and 20k atoms, small and medium shapes

@@ -9,7 +9,7 @@ fastest probe of the same cell (`probe_slowdown`), so a uniformly slower machine
 Its gathers catch the neighbour that thrashes the shared cache or memory: on the host of
 2026-12-02 (w), over 150 rounds, tiny-model training steps ran 25-50% slow in 63 of them, the
 matmuls alone (the probe until then) were 25% slow in 3, the gathers in 54 (correlation with
-the steps' CPU time 0.45 against 0.79; README Stage 5-6).
+the steps' CPU time 0.45 against 0.79; docs/experiments.md).
 
 The CPU time is the training thread's own (`time.thread_time`): forward and backward run on it
 (autograd runs CPU work on the calling thread), so with one torch thread per rank it equals the

@@ -676,7 +676,7 @@ class FusedChannelwiseConv(Adopting):
     def __reduce__(self) -> tuple:
         """Pickle as the e3nn TensorProduct (saved by e3nn's own logic, compiled code included)
         and fuse it again on load: the fused module itself holds e3nn's compiled submodules
-        without their save logic (issue #11). The factored radial MLP is pickled once (the
+        without their save logic. The factored radial MLP is pickled once (the
         block holds it too) and linked again."""
         return _fused_conv, (self.restore(), self.training, self._radial, self._linear)
 

@@ -26,7 +26,7 @@ ENV = "CFMTRAIN_CPU_ARCH"
 GENERIC = "generic"
 # tuned variant -> (extra compiler flags, /proc/cpuinfo flags the CPU needs); the most tuned first.
 # avx2 is the x86-64-v3 level (AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE). An x86-64-v4 (AVX-512)
-# variant measured no faster than avx2 in CPU time (README), so none is built.
+# variant measured no faster than avx2 in CPU time (docs/kernels.md), so none is built.
 VARIANTS: dict[str, tuple[list[str], frozenset[str]]] = {
     "avx2": (["-march=x86-64-v3"],
              frozenset("avx avx2 fma bmi1 bmi2 f16c abm movbe xsave".split())),

@@ -1,4 +1,4 @@
-"""`cfmtrain goals RESULTS ...`: issue #13's goals for the ablation, checked on the training
+"""`cfmtrain goals RESULTS ...`: the ablation's goals, checked on the training
 cells (RESULTS/train/<data set>/<variant>/r<ranks>/summary.json; the four ablation variants)
 of one or more consecutive `make run`s, each run's `results` folder (or a copy of it):
 - every cell's min-max spread is at most --max-spread of its median;

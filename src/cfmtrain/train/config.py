@@ -31,18 +31,19 @@ class ConfigError(ValueError):
 class ModelConfig:
     """ScaleShiftMACE hyper-parameters (paper defaults, SPEC 'Facts from the paper')."""
 
-    num_interactions: int = 2
-    hidden_irreps: str = "128x0e+128x1o"
-    max_ell: int = 3
-    correlation: int = 3
-    num_bessel: int = 8
-    num_polynomial_cutoff: int = 5
-    mlp_irreps: str = "16x0e"
+    num_interactions: int = 2  # message-passing layers
+    hidden_irreps: str = "128x0e+128x1o"  # node features (e3nn irreps): channels and their l
+    max_ell: int = 3  # highest l of the edges' spherical harmonics
+    correlation: int = 3  # body order - 1 of the symmetric contraction
+    num_bessel: int = 8  # radial Bessel functions per edge
+    num_polynomial_cutoff: int = 5  # order of the smooth polynomial envelope at the cutoff
+    mlp_irreps: str = "16x0e"  # hidden irreps of the last layer's readout MLP
+    # hidden widths of the MLP from the radial basis to the per-edge weights
     radial_mlp: list[int] = dataclasses.field(default_factory=lambda: [64, 64, 64])
-    use_reduced_cg: bool = False
+    use_reduced_cg: bool = False  # the reduced Clebsch-Gordan basis (cuequivariance's)
     r_max: float | None = None  # None: the graph store's cutoff
     init_model: str | None = None  # a mace-torch .model file to fine-tune (a pickle: runs code)
-    dtype: Literal["float32", "float64"] = "float32"
+    dtype: Literal["float32", "float64"] = "float32"  # of the model's parameters and inputs
     # isolated-atom energies: fit (least squares over the training split), average (mace-torch's),
     # {element symbol or Z: eV}, or a JSON file of such a mapping (an own-data set's e0s.json)
     e0s: dict[str, float] | str = "fit"
@@ -58,27 +59,29 @@ class BatchConfig:
     graphs_per_batch: int = 8  # per rank, fixed-count variants (the paper used 6-8)
     # balancer bin capacity in units of `size`; auto: the baseline's steps per epoch (capacity.py)
     capacity: int | Literal["auto"] = "auto"
-    size: Literal["atoms", "edges"] = "atoms"
-    valid_graphs_per_batch: int = 8
+    size: Literal["atoms", "edges"] = "atoms"  # what a graph weighs in a bin
+    valid_graphs_per_batch: int = 8  # per rank, validation and test
     num_workers: int | None = None  # None: auto, a prefetch thread (train.prefetch); N: processes
-    pin_memory: bool = False
+    pin_memory: bool = False  # page-locked batches, for faster copies to a GPU
 
 
 @dataclasses.dataclass
 class OptimConfig:
     """Loss weights, Adam, EMA and the learning-rate schedule (mace-torch's defaults, lr 0.005)."""
 
-    lr: float = 0.005
-    weight_decay: float = 5e-7
-    amsgrad: bool = True
+    lr: float = 0.005  # Adam's learning rate
+    weight_decay: float = 5e-7  # on the parameter groups mace-torch decays
+    amsgrad: bool = True  # Adam's AMSGrad variant
     ema_decay: float = 0.99  # 0 disables the exponential moving average
+    # learning rate: cut by lr_factor after `patience` validations without gain, times gamma
+    # every epoch, or constant
     scheduler: Literal["plateau", "exponential", "none"] = "plateau"
-    lr_factor: float = 0.8
-    patience: int = 50
-    gamma: float = 0.9993
+    lr_factor: float = 0.8  # plateau: the factor of each cut
+    patience: int = 50  # plateau: validations without gain before a cut
+    gamma: float = 0.9993  # exponential: the factor per epoch
     clip_grad: float = 10.0  # 0 disables clipping
-    energy_weight: float = 1.0
-    forces_weight: float = 100.0
+    energy_weight: float = 1.0  # of the energy per atom in the loss
+    forces_weight: float = 100.0  # of the forces in the loss
     stress_weight: float = 0.0  # > 0 trains on stress where the data has it
     # what a step's loss is divided by: its own graph and atom counts (step: mace-torch's), or
     # the epoch's mean counts per step (epoch: every graph and atom weighs the same whichever
@@ -92,8 +95,8 @@ class TrainConfig:
     """One training run."""
 
     variant: Variant = "baseline"
-    seed: int = 0
-    epochs: int = 2
+    seed: int = 0  # model initialisation, batch order and the nested train/eval subsets
+    epochs: int = 2  # passes over the training graphs
     max_steps: int = 0  # stop (with a checkpoint) after this many steps in all; 0 = no limit
     train_fraction: float = 1.0  # nested prefix of the training split (mini_s = 0.25, ...)
     # nested share of the validation and test splits evaluated (timing cells evaluate less)
@@ -106,7 +109,7 @@ class TrainConfig:
     warm_up: bool = True
     threads: int = 0  # torch threads per rank; 0 = from the allocation
     timeout_s: float = 600.0  # collective timeout: a dead or hung rank fails the others
-    progress: bool = True
+    progress: bool = True  # a progress bar per epoch on rank 0
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     batch: BatchConfig = dataclasses.field(default_factory=BatchConfig)
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)

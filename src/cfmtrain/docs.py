@@ -1,0 +1,433 @@
+"""`cfmtrain docs`: the generated parts of the documentation, from files in the repository.
+
+The README's results table and docs/benchmarks.md's tables come from the reference CSVs in
+docs/results/ (with their stamp, docs/results/manifest.csv); config/README.md and
+docs/configuration.md's reference come from workflow/schemas/config.schema.yaml and the
+training dataclasses of cfmtrain.train.config. `--check` changes nothing and exits 1 when a
+generated part differs; `--collect` first copies the measured CSVs from results/ in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import inspect
+import json
+import re
+import shutil
+import subprocess
+import types
+import typing
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+import yaml
+
+from cfmtrain.train.config import RANGES, BatchConfig, ModelConfig, OptimConfig, TrainConfig
+
+REFERENCE = Path("docs/results")
+MANIFEST = REFERENCE / "manifest.csv"
+SCHEMA = Path("workflow/schemas/config.schema.yaml")
+LOADER = "cfmtrain (arrays in memory)"  # cfmtrain.bench.loader.OURS (tests/test_docs.py)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One row of the README's results table: what it is, the reference CSV it is read from,
+    where the command writes that CSV and the command, and how the value is read."""
+
+    label: str
+    csv: str
+    source: str
+    command: str
+    value: Callable[[pd.DataFrame], str]
+    columns: tuple[str, ...]  # the benchmark page's table of this CSV: its columns,
+    rows: str = ""  # and the rows it shows (a pandas query; "" shows all)
+
+
+def _x(value: float) -> str:
+    return f"{value:.2f}x" if value == value else "n/a"
+
+
+def _ablation(f: pd.DataFrame) -> str:
+    both = f[f.variant == "both"]
+    return "; ".join(f"{r.dataset} at {r.ranks} rank(s) {_x(r.speedup)}"
+                     for r in both.itertuples()) + " (`both` over `baseline`, epoch time)"
+
+
+def _step(f: pd.DataFrame) -> str:
+    r = f[(f.op == "model") & (f.impl == "fused") & (f["pass"] == "train_step")].iloc[0]
+    mace = f[(f.op == "model") & (f.impl == "mace") & (f["pass"] == "train_step")].iloc[0]
+    return (f"{_x(r.speedup_vs_mace)} ({r.median_s:.2f} s against {mace.median_s:.2f} s per "
+            f"step; paper model, {r['atoms']:.0f} atoms, {r['dtype']})")
+
+
+def _md(f: pd.DataFrame) -> str:
+    fused = f[(f.impl == "fused") & (f.status == "ok")]
+    parts = [f"{r.system} {_x(r.speedup_vs_mace)}" for r in fused.itertuples()]
+    r = fused.iloc[0]
+    return f"{', '.join(parts)} ({r['shape']} shape, about {r['target_atoms']:.0f} atoms)"
+
+
+def _accuracy(f: pd.DataFrame) -> str:
+    r = f.set_index("run").loc["both"]
+    return (f"`both` {_x(r.speedup)} sooner to `mace_run_train`'s final force MAE; MAEs at "
+            f"equal epochs {r.mae_e_ratio:.2f}x (energy), {r.mae_f_ratio:.2f}x (forces)")
+
+
+def _loader(f: pd.DataFrame) -> str:
+    ours = f[f.method == LOADER]
+    return "; ".join(f"{_x(r.vs_mace)} mace-torch's DataLoader at {r.graphs_per_batch} graphs "
+                     f"per batch ({r.graphs_per_s:,.0f} graphs/s)" for r in ours.itertuples())
+
+
+def _balance(f: pd.DataFrame) -> str:
+    """Algorithm 1 with its refinements on 1M graphs, at the most ranks of the CSV."""
+    million = f[f.graphs == 1_000_000]
+    at = million[million.ranks == million.ranks.max()].set_index("strategy")
+    r, fixed = at.loc["algorithm1+refine"], at.loc["fixed_count"]
+    return (f"{r.pack_bins_cpu_s:.3f} s of CPU to pack 1M graphs for {int(at.ranks.iloc[0])} "
+            f"ranks; step balance {r.step_balance:.4f} (fixed count: {fixed.step_balance:.3f}); "
+            f"bins = lower bound + {int(r.excess_bins)}")
+
+
+def _simulate(f: pd.DataFrame) -> str:
+    """`both` over `baseline` at 740 ranks, the band from both ends (as simulated Figure 8)."""
+    at = f[(f.ranks == 740) & (f.case == "CPU (measured)")].set_index("variant")
+    base, both = at.loc["baseline"], at.loc["both"]
+    if not (base.supported and both.supported):
+        why = "; ".join(f"{v}: {at.loc[v].unsupported_reason}" for v in ("baseline", "both")
+                        if not at.loc[v].supported)
+        return f"unsupported, fit too weak ({why}): the simulator gives no number"
+    return (f"{_x(base.epoch_s / both.epoch_s)} (band {base.epoch_s_low / both.epoch_s_high:.1f}"
+            f"-{base.epoch_s_high / both.epoch_s_low:.1f}) `both` over `baseline`, Table 3 "
+            f"mixture, 2.65M graphs (the paper: 6x)")
+
+
+RESULTS = (
+    Result("Ablation (Figure 6)", "ablation.csv", "results/figures/fig06_ablation.csv",
+           "make run", _ablation,
+           ("dataset", "ranks", "variant", "epoch_time_s", "speedup", "contended")),
+    Result("Training step against mace-torch", "kernels_goals.csv",
+           "results/bench/kernels_goals.csv",
+           "cfmtrain bench kernels --preset goals --ops model --impls fused mace", _step,
+           ("op", "impl", "atoms", "dtype", "pass", "median_s", "speedup_vs_mace",
+            "max_rel_diff_vs_mace", "peak_rss_mb")),
+    Result("Molecular dynamics against mace-torch", "md_1k.csv", "results/bench/md_1k.csv",
+           "cfmtrain bench md --systems fcc water --shapes mp0-medium --atoms 1000 --steps 5 "
+           "--output results/bench/md_1k.csv --figure results/figures/fig_md_1k.png", _md,
+           ("system", "shape", "impl", "atoms", "median_step_s", "speedup_vs_mace",
+            "forces_rel_diff_vs_mace", "peak_rss_mb")),
+    Result("Time to accuracy on mini", "accuracy_mini.csv",
+           "results/bench/accuracy_mini_goals_overall.csv",
+           "snakemake --profile profiles/local accuracy", _accuracy,
+           ("run", "seeds", "epoch_s", "time_to_target_s", "speedup", "mae_e_ratio",
+            "mae_f_ratio", "data_wait_pct")),
+    Result("Loader", "loader_quick.csv", "results/bench/loader_quick.csv",
+           "cfmtrain bench loader --preset quick", _loader,
+           ("method", "graphs_per_batch", "graphs_per_s", "vs_mace", "identical_to_mace")),
+    Result("Balancer, 1M graphs", "balance_full.csv", "results/bench/balance_full.csv",
+           "cfmtrain bench balance --preset full", _balance,
+           ("graphs", "ranks", "strategy", "cpu_s", "excess_bins", "step_balance",
+            "repeated"), "graphs == 1_000_000"),
+    Result("Simulator at 740 ranks", "simulate_strong.csv",
+           "results/simulate/mini_s/table3/strong.csv",
+           "snakemake --profile profiles/local simulate", _simulate,
+           ("ranks", "variant", "case", "epoch_s", "epoch_s_low", "epoch_s_high", "balance",
+            "supported"), "ranks in (16, 64, 740) and case == 'CPU (measured)' and supported"),
+)
+HOST = Result("Host check", "host.csv", "results/bench/host.csv",
+              "cfmtrain bench host --probes 20", lambda f: host_check(f),
+              ("probe", "wall_s", "cpu_s", "matmul_s", "gather_s"))
+
+
+def host_check(f: pd.DataFrame) -> str:
+    """`cfmtrain bench host`'s verdict on its CSV: steady when the probes spread <= 10%."""
+    spread = (f.wall_s.max() - f.wall_s.min()) / f.wall_s.median()
+    return f"{'steady' if spread <= 0.10 else 'UNSTEADY'} (probe spread {100 * spread:.0f}%)"
+
+
+# ------------------------------------------------------------------ tables
+
+
+def _cell(value: Any) -> str:
+    """A table cell: floats to 4 digits, pipes escaped, < and > as entities outside code."""
+    if isinstance(value, float):
+        value = "" if value != value else f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+    parts = str(value).replace("|", "\\|").replace("\n", " ").split("`")
+    return "`".join(p if k % 2 else p.replace("<", "&lt;").replace(">", "&gt;")
+                    for k, p in enumerate(parts))
+
+
+def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows])
+
+
+def _manifest(root: Path) -> pd.DataFrame:
+    path = root / MANIFEST
+    return pd.read_csv(path, dtype=str) if path.is_file() else pd.DataFrame(
+        columns=["file", "commit", "date", "host"])
+
+
+def stamp(root: Path) -> str:
+    """Commit(s), date(s) and host check(s) of the reference set."""
+    m = _manifest(root)
+    if m.empty:
+        return "No reference measurements yet."
+    join = lambda column: ", ".join(dict.fromkeys(m[column]))  # noqa: E731
+    return (f"Reference set measured at commit {join('commit')} on {join('date')}; "
+            f"host check: {join('host')}.")
+
+
+def results_table(root: Path) -> str:
+    rows = []
+    for r in RESULTS:
+        path = root / REFERENCE / r.csv
+        value = (r.value(pd.read_csv(path)) if path.is_file()
+                 else "not in the reference set: run the command")
+        csv = (f"[{r.csv}](docs/results/{r.csv})" if path.is_file()
+               else f"`{r.source}`, not collected")
+        rows.append([r.label, value, f"`{r.command}`", csv])
+    return stamp(root) + "\n\n" + markdown_table(["result", "value", "command", "CSV"], rows)
+
+
+def bench_tables(root: Path) -> str:
+    parts = [stamp(root)]
+    for r in (*RESULTS, HOST):
+        path = root / REFERENCE / r.csv
+        parts.append(f"### {r.label}\n\n```bash\n{r.command}\n```")
+        if not path.is_file():
+            parts.append(f"Not in the reference set (`{r.source}` after the command).")
+            continue
+        f = pd.read_csv(path)
+        shown = [c for c in r.columns if c in f.columns]
+        rows = f.query(r.rows) if r.rows else f
+        parts.append(f"From [{r.csv}](results/{r.csv}) (`{r.source}`): {r.value(f)}.\n\n"
+                     + markdown_table(shown, rows[shown].values.tolist()))
+    return "\n\n".join(parts)
+
+
+# ------------------------------------------------------------------ config reference
+
+
+def _schema_type(node: dict) -> str:
+    if "enum" in node:
+        return "one of " + ", ".join(f"`{v}`" for v in node["enum"])
+    if "oneOf" in node:
+        return " or ".join(_schema_type(alt) for alt in node["oneOf"])
+    kind = node.get("type", "object" if "properties" in node else "")
+    kind = " or ".join(kind) if isinstance(kind, list) else kind
+    if kind == "array" and "items" in node:
+        return f"list of {_schema_type(node['items'])}"
+    if kind == "object" and isinstance(node.get("additionalProperties"), dict):
+        return f"mapping to {_schema_type(node['additionalProperties'])}"
+    if kind == "object" and node.get("required") and "additionalProperties" in node:
+        return "mapping with " + ", ".join(f"`{k}`" for k in node["required"])
+    return "mapping" if kind == "object" else kind
+
+
+def _flat(value: Any) -> str:
+    """A default as one line of YAML ("" for none)."""
+    if value is None:
+        return ""
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000, sort_keys=False)
+    return text.strip().removesuffix("...").strip()
+
+
+def schema_rows(node: dict, prefix: str = "") -> Iterator[list[str]]:
+    """(key, type, default, description) of every key under `node`, depth first."""
+    for name, child in node.get("properties", {}).items():
+        key = f"{prefix}{name}"
+        nested = _nested(child)
+        default = "" if nested and "properties" in nested else _flat(child.get("default"))
+        yield [f"`{key}`", _schema_type(child), f"`{default}`" if default else "",
+               " ".join(str(child.get("description", "")).split())]
+        if nested is not None:
+            inner = f"{key}.<name>." if child.get("additionalProperties") is nested else (
+                f"{key}[]." if child.get("items") is nested else f"{key}.")
+            yield from schema_rows(nested, inner)
+
+
+def _nested(node: dict) -> dict | None:
+    """The object schema whose keys are listed under this key: its own, its values' or its
+    items'."""
+    for candidate in (node, node.get("additionalProperties"), node.get("items")):
+        if isinstance(candidate, dict) and "properties" in candidate:
+            return candidate
+    return None
+
+
+def _type_name(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return " or ".join(f"`{a}`" for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
+    if origin is list:
+        return f"list of {_type_name(args[0])}"
+    if origin is dict:
+        return f"mapping {_type_name(args[0])} to {_type_name(args[1])}"
+    return getattr(hint, "__name__", str(hint))
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """Each field's comment in the class's source: the comment lines above it and the one
+    after it on its line."""
+    comments, pending = {}, []
+    for line in inspect.getsource(cls).splitlines():
+        text = line.strip()
+        if text.startswith("#"):
+            pending.append(text.lstrip("# "))
+            continue
+        match = re.match(r"(\w+): [^=]+=(.*)$", text)
+        if match:
+            trailing = re.search(r"\s#\s(.*)$", match.group(2))
+            comments[match.group(1)] = " ".join(pending + ([trailing.group(1)] if trailing
+                                                           else []))
+        pending = []
+    return comments
+
+
+SECTIONS = {hint: name for name, hint in typing.get_type_hints(TrainConfig).items()
+            if dataclasses.is_dataclass(hint)}  # ModelConfig -> "model", ...
+PER_CELL = {"variant": "set per cell by the matrix, not a `train.settings` key",
+            "train_fraction": "set per cell by the size suffix, not a `train.settings` key"}
+
+
+def settings_rows(cls: type = TrainConfig, prefix: str = "") -> Iterator[list[str]]:
+    """(key, type, default, range, description) of every training config key."""
+    hints, comments = typing.get_type_hints(cls), field_comments(cls)
+    for field in dataclasses.fields(cls):
+        hint, key = hints[field.name], f"{prefix}{field.name}"
+        if dataclasses.is_dataclass(hint):
+            yield from settings_rows(hint, f"{key}.")
+            continue
+        default = (field.default if field.default is not dataclasses.MISSING
+                   else field.default_factory())  # type: ignore[misc]
+        note = " ".join(filter(None, [comments.get(field.name, ""), PER_CELL.get(key, "")]))
+        yield [f"`{key}`", _type_name(hint), f"`{json.dumps(default)}`",
+               RANGES[key][1] if key in RANGES else "", note]
+
+
+def config_reference(root: Path) -> str:
+    schema = yaml.safe_load((root / SCHEMA).read_text())
+    sections = ["## Workflow config\n\nThe keys of `config/*.yaml` (a `--configfile` merges over "
+                "`config/config.yaml`). Unknown keys are errors.\n\n"
+                + markdown_table(["key", "type", "default", "description"],
+                                 list(schema_rows(schema)))]
+    for cls in (TrainConfig, ModelConfig, BatchConfig, OptimConfig):
+        section = SECTIONS.get(cls)
+        rows = [row for row in settings_rows() if row[0].startswith(f"`{section}.")
+                or (section is None and "." not in row[0])]
+        sections.append(f"## `train.settings`: {cls.__name__}\n\n{inspect.getdoc(cls)}\n\n"
+                        + markdown_table(["key", "type", "default", "range", "description"],
+                                         rows))
+    return "\n\n".join(sections)
+
+
+CONFIG_README_HEAD = """# Configuration
+
+Generated by `cfmtrain docs` from `workflow/schemas/config.schema.yaml` and the training
+dataclasses of `src/cfmtrain/train/config.py`; do not edit by hand. `config/config.yaml` is the
+embedded default, `config/paper.yaml` the paper's eight data sets and matrix,
+`config/real_dft.yaml` a time-to-accuracy race on real DFT data. Keys under `train.settings` are
+training keys, passed to every cell as `--set key=value` (nested mappings give dotted keys).
+"""
+
+# ------------------------------------------------------------------ files
+
+
+def _block(name: str) -> re.Pattern:
+    """The generated block `name` of a page, between its markers."""
+    return re.compile(rf"(<!-- cfmtrain docs: {name} -->\n)(?:.*?\n)?"
+                      r"(<!-- cfmtrain docs: end -->)", re.S)
+
+
+def outputs(root: Path) -> dict[Path, Callable[[str], str]]:
+    """Each generated file and how its new text follows from its current text."""
+    def fill(name: str, body: str) -> Callable[[str], str]:
+        def apply(text: str) -> str:
+            if not _block(name).search(text):
+                raise ValueError(f"no `<!-- cfmtrain docs: {name} -->` ... end markers")
+            return _block(name).sub(lambda m: f"{m.group(1)}{body}\n{m.group(2)}", text)
+        return apply
+
+    reference = config_reference(root)
+    return {root / "README.md": fill("results", results_table(root)),
+            root / "docs/benchmarks.md": fill("benchmarks", bench_tables(root)),
+            root / "docs/configuration.md": fill("config", reference),
+            root / "config/README.md": lambda _: f"{CONFIG_README_HEAD}\n{reference}\n"}
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def collect(root: Path, results: Path, names: list[str]) -> list[str]:
+    """Copy the measured CSVs (all found, or those named) from the results folder into
+    docs/results/, replacing them, and record each one's commit and date (the commit checked
+    out when the file was written; "+ changes" if the tree now has uncommitted code changes)
+    and the host check of results/bench/host.csv (`cfmtrain bench host`, run before)."""
+    dirty = bool(_git(root, "status", "--porcelain", "--", "src", "kernels", "workflow",
+                      "setup.py"))
+    host_csv = results / Path(HOST.source).relative_to("results")
+    host = host_check(pd.read_csv(host_csv)) if host_csv.is_file() else "not run"
+    manifest = _manifest(root)
+    copied = []
+    for r in (*RESULTS, HOST):
+        source = results / Path(r.source).relative_to("results")
+        if (names and r.csv.removesuffix(".csv") not in names) or not source.is_file():
+            continue
+        written = datetime.datetime.fromtimestamp(source.stat().st_mtime, datetime.UTC)
+        commit = _git(root, "rev-list", "-1", "--abbrev-commit", f"--before={written:%s}",
+                      "HEAD") + (" + changes" if dirty else "")
+        shutil.copyfile(source, root / REFERENCE / r.csv)
+        manifest = pd.concat([manifest[manifest.file != r.csv], pd.DataFrame([{
+            "file": r.csv, "commit": commit, "date": f"{written:%Y-%m-%d}", "host": host}])])
+        copied.append(r.csv)
+    manifest.sort_values("file").to_csv(root / MANIFEST, index=False)
+    return copied
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if a generated part is not up to date")
+    parser.add_argument("--collect", nargs="*", metavar="NAME",
+                        help="first copy the CSVs measured under results/ into docs/results/ "
+                             "(all found, or those named: " + ", ".join(
+                                 r.csv.removesuffix(".csv") for r in (*RESULTS, HOST)) + ")")
+    parser.add_argument("--results", type=Path, default=Path("results"),
+                        help="the results folder --collect reads")
+    parser.add_argument("--root", type=Path, default=Path("."), help="the repository")
+
+
+def run(args: argparse.Namespace) -> int:
+    root = args.root
+    if args.collect is not None and not args.check:
+        print("collected:", ", ".join(collect(root, args.results, args.collect)) or "nothing")
+    stale = []
+    for path, make in outputs(root).items():
+        old = path.read_text() if path.is_file() else ""
+        new = make(old)
+        if new != old:
+            stale.append(str(path.relative_to(root)))
+            if not args.check:
+                path.write_text(new)
+    verb = "not up to date" if args.check else "written"
+    print(f"{verb}: {', '.join(stale)}" if stale else "generated parts up to date")
+    return 1 if args.check and stale else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cfmtrain docs", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
