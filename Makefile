@@ -1,15 +1,27 @@
-# Two commands: `make run` (setup + the default pipeline on the embedded `mini` data) and
-# `make test` (setup + Debian's Slurm + ruff + the test suite; CFMTRAIN_SKIP_SLURM=1 skips the
-# Slurm install and its test). Both need only PyPI (and Debian's packages for Slurm).
+# `make run` (setup + the default pipeline on the embedded `mini` data), `make check` (setup,
+# ruff, lint-imports and the fast tier of the tests: a few minutes) and `make test` (setup +
+# Debian's Slurm + ruff + lint-imports + the workflow checks + the whole test suite;
+# CFMTRAIN_SKIP_SLURM=1 skips the Slurm install and its test). All need only PyPI (and Debian's
+# packages for Slurm).
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup run test lint
+# The fast tier: every test but those marked (pyproject.toml's [tool.pytest.ini_options]) as
+# running Snakemake, several processes, the local Slurm, or long.
+FAST := not slow and not workflow and not dist and not slurm
+
+.PHONY: setup run check test lint
 
 setup:
 	bash scripts/setup.sh
 
 run: setup
 	snakemake --profile profiles/local
+
+check: setup
+	ruff check .
+	lint-imports
+	cfmtrain docs --check
+	python -m pytest -q -m "$(FAST)" --durations=10
 
 test: setup
 	@# Debian's Slurm for tests/test_slurm.py (needs root or sudo, and apt)
@@ -19,8 +31,15 @@ test: setup
 	    bash scripts/slurm/install.sh; \
 	fi
 	ruff check .
-	python -m pytest -q
+	lint-imports
+	@# snakemake --lint and a dry run of every target on the default, paper and tiny configs
+	bash scripts/check_workflow.sh
+	@# the generated docs are up to date, and the docs site builds without a warning
+	cfmtrain docs --check
+	mkdocs build --strict --quiet
+	python -m pytest -q --durations=25
 
 lint:
 	ruff check .
-	snakemake --lint
+	lint-imports
+	bash scripts/check_workflow.sh --lint-only

@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from test_train_run import train
-from test_train_units import make_store
+
+pytest.register_assert_rewrite("helpers")  # its asserts report like a test module's
+
+from helpers import make_store, train  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -5,36 +5,12 @@ check against numbers written here: spread (max - min) / median per cell, the va
 from __future__ import annotations
 
 import argparse
-import json
 
 import pandas as pd
 import pytest
+from helpers import GOOD, write_goal_run
 
 from cfmtrain.plots import goals
-
-# median epoch seconds per (data set, ranks, variant): the order and >= 3x hold
-GOOD = {("mini_s", 1): {"baseline": 12.0, "balancer": 11.5, "kernel": 3.4, "both": 3.5},
-        ("mini_s", 2): {"baseline": 9.0, "balancer": 7.0, "kernel": 2.8, "both": 2.1},
-        ("mini_m", 2): {"baseline": 18.0, "balancer": 12.5, "kernel": 5.9, "both": 3.9}}
-
-
-def write_run(root, times=GOOD, spread=0.05, override=None):
-    """One run's results folder: a cell summary per entry of `times`, each spread `spread`
-    (min = median (1 - spread/2), max = median (1 + spread/2)); `override` maps a cell to
-    (median, min, max)."""
-    for (dataset, ranks), variants in times.items():
-        for variant, median in variants.items():
-            low, high = median * (1 - spread / 2), median * (1 + spread / 2)
-            median, low, high = (override or {}).get((dataset, ranks, variant),
-                                                     (median, low, high))
-            folder = root / "train" / dataset / variant / f"r{ranks}"
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "summary.json").write_text(json.dumps(
-                {"variant": variant, "ranks": ranks, "epoch_time_s": median,
-                 "epoch_time_min_s": low, "epoch_time_max_s": high, "contended": False,
-                 "repeats": [{"repeat": k, "epoch_time_s": t, "contended": False}
-                             for k, t in enumerate((low, median, high), start=1)]}))
-    return root
 
 
 def run_goals(tmp_path, *roots, **options) -> tuple[int, pd.DataFrame]:
@@ -52,7 +28,7 @@ def failed(checks: pd.DataFrame) -> list[tuple]:
 
 
 def test_three_good_runs_pass_every_check(tmp_path):
-    roots = [write_run(tmp_path / f"run{k}") for k in (1, 2, 3)]
+    roots = [write_goal_run(tmp_path / f"run{k}") for k in (1, 2, 3)]
     code, checks = run_goals(tmp_path, *roots)
     assert code == 0 and failed(checks) == []
     # per run: 12 spreads, 2 orderings (the 2-rank groups), 1 speed-up; then 2 same-orderings
@@ -67,22 +43,22 @@ def test_three_good_runs_pass_every_check(tmp_path):
 
 def test_each_goal_fails_alone(tmp_path):
     # a cell 10.5% wide fails its spread only
-    wide = write_run(tmp_path / "wide", override={("mini_s", 2, "kernel"): (2.8, 2.7, 2.994)})
+    wide = write_goal_run(tmp_path / "wide", override={("mini_s", 2, "kernel"): (2.8, 2.7, 2.994)})
     code, checks = run_goals(tmp_path, wide)
     assert code == 1 and failed(checks) == [("1", "spread", "mini_s r2 kernel")]
     assert float(checks[checks.subject == "mini_s r2 kernel"].value.iloc[0]) == \
         pytest.approx(0.294 / 2.8)
     # `kernel` faster than `both` on mini_m breaks the ordering there
     tie = {**GOOD, ("mini_m", 2): {**GOOD[("mini_m", 2)], "kernel": 3.8}}
-    code, checks = run_goals(tmp_path, write_run(tmp_path / "tie", tie))
+    code, checks = run_goals(tmp_path, write_goal_run(tmp_path / "tie", tie))
     assert code == 1 and failed(checks) == [("1", "ordering", "mini_m r2")]
     # `balancer` slower than `baseline` at 2 ranks breaks it too (both still first)
     slow = {**GOOD, ("mini_s", 2): {**GOOD[("mini_s", 2)], "balancer": 9.5}}
-    code, checks = run_goals(tmp_path, write_run(tmp_path / "slow", slow))
+    code, checks = run_goals(tmp_path, write_goal_run(tmp_path / "slow", slow))
     assert failed(checks) == [("1", "ordering", "mini_s r2")]
     # 2.9x on mini_m misses the speed-up goal; a lower limit accepts it
     low = {**GOOD, ("mini_m", 2): {**GOOD[("mini_m", 2)], "baseline": 11.31, "balancer": 10.0}}
-    code, checks = run_goals(tmp_path, write_run(tmp_path / "low", low))
+    code, checks = run_goals(tmp_path, write_goal_run(tmp_path / "low", low))
     assert failed(checks) == [("1", "speedup", "mini_m r2 both/baseline")]
     code, checks = run_goals(tmp_path, tmp_path / "low", **{"min-speedup": 2.5})
     assert code == 0
@@ -91,18 +67,18 @@ def test_each_goal_fails_alone(tmp_path):
 def test_a_changed_order_between_runs_fails_only_the_same_ordering(tmp_path):
     # balancer ahead of kernel in run 2: every run's own checks pass, their orders differ
     swapped = {**GOOD, ("mini_m", 2): {**GOOD[("mini_m", 2)], "balancer": 5.0}}
-    roots = [write_run(tmp_path / "a"), write_run(tmp_path / "b", swapped)]
+    roots = [write_goal_run(tmp_path / "a"), write_goal_run(tmp_path / "b", swapped)]
     code, checks = run_goals(tmp_path, *roots)
     assert code == 1 and failed(checks) == [("all", "same ordering", "mini_m r2")]
 
 
 def test_other_variants_are_left_out_and_bad_folders_are_named(tmp_path):
-    root = write_run(tmp_path / "run", {**GOOD, ("mini_s", 2): {**GOOD[("mini_s", 2)],
-                                                                "matched": 99.0}})
+    root = write_goal_run(tmp_path / "run", {**GOOD, ("mini_s", 2): {**GOOD[("mini_s", 2)],
+                                                                     "matched": 99.0}})
     code, checks = run_goals(tmp_path, root)
     assert code == 0 and not checks.subject.str.contains("matched").any()
     with pytest.raises(SystemExit, match=r"empty: no training cells"):
         run_goals(tmp_path, tmp_path / "empty")
-    lone = write_run(tmp_path / "lone", {("mini_m", 2): {"baseline": 9.0, "both": 3.0}})
+    lone = write_goal_run(tmp_path / "lone", {("mini_m", 2): {"baseline": 9.0, "both": 3.0}})
     with pytest.raises(SystemExit, match=r"mini_m at 2 ranks: the table has"):
         run_goals(tmp_path, lone)

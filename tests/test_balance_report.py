@@ -44,6 +44,7 @@ def test_write_report_table_and_markdown(tmp_path):
     assert "the paper's Algorithm 1 alone" in text
 
 
+@pytest.mark.slow
 def test_cli_reads_a_graph_store(tmp_path):
     """Through a real (tiny) shard written by the graph store's own writer."""
     from cfmtrain.graphs.store import write_shard

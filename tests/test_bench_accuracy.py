@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from test_train_units import TINY, make_store
+from helpers import TINY, make_store
 
 from cfmtrain.bench import accuracy
 from cfmtrain.bench.accuracy_runs import (
@@ -167,6 +167,7 @@ def test_extra_epochs_resume_only_runs_short_of_the_target(tmp_path, monkeypatch
     assert summary.loc["both", "time_to_target_s"] == pytest.approx(10 + 10 * 35 / 40)
 
 
+@pytest.mark.slow
 def test_cfmtrain_run_resumes_for_an_extra_epoch(tmp_path):
     store, split, _ = make_store(tmp_path / "store", n=12)
     cfg = load_config(None, [*TINY, "batch.graphs_per_batch=3", "measure_straggler=false"])
@@ -180,6 +181,7 @@ def test_cfmtrain_run_resumes_for_an_extra_epoch(tmp_path):
     assert log.count("cfmtrain launch") == 2 and "resuming at epoch 1" in log
 
 
+@pytest.mark.slow
 def test_bench_end_to_end(tmp_path):
     store, split, _ = make_store(tmp_path / "store", n=24)
     parser = argparse.ArgumentParser()

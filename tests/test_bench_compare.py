@@ -2,6 +2,7 @@
 in one process; its CSV carries the paired-ratio columns."""
 
 import pandas as pd
+import pytest
 
 from cfmtrain.bench import compare
 from cfmtrain.cli import main
@@ -23,6 +24,7 @@ def test_fused_against_mace_in_paired_rounds(tmp_path, capsys):
     assert "speed-up against mace" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_arms_that_compute_different_values_are_refused(tmp_path, monkeypatch, capsys):
     real = compare.setup
 

@@ -27,6 +27,7 @@ def bench_host(tmp_path, *extra: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_command_writes_its_probes_and_judges_the_spread(tmp_path):
     result = bench_host(tmp_path, "--max-spread", "1000")
     assert result.returncode == 0, result.stderr
@@ -42,6 +43,7 @@ def test_the_command_writes_its_probes_and_judges_the_spread(tmp_path):
     assert result.returncode == 1 and "host UNSTEADY" in result.stdout
 
 
+@pytest.mark.slow
 def test_bad_arguments_are_refused(tmp_path):
     result = bench_host(tmp_path, "--probes", "1")
     assert result.returncode != 0 and "--probes must be >= 2" in result.stderr

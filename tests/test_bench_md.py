@@ -50,6 +50,7 @@ def test_water_box_is_whole_molecules_at_one_gram_per_cm3():
     assert orientations.std(axis=0).min() > 0.4  # randomly oriented, not one copy
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape, hidden", [("mp0-small", "128x0e"),
                                            ("mp0-medium", "128x0e+128x1o")])
 def test_mp0_shapes_fuse_to_mace_torch_energy_and_forces(shape, hidden):
@@ -80,6 +81,7 @@ def test_mp0_shapes_fuse_to_mace_torch_energy_and_forces(shape, hidden):
     assert np.abs(reference[1]).max() > 1e-4  # a model that exerts forces
 
 
+@pytest.mark.slow
 def test_bench_md_end_to_end(tmp_path):
     csv, png = tmp_path / "md.csv", tmp_path / "md.png"
     env = {k: v for k, v in os.environ.items()
@@ -116,6 +118,7 @@ def test_a_failing_configuration_is_a_row_not_a_crash(capsys):
     assert row["status"].startswith("error: ")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("caller", [None, "2"])
 def test_children_get_one_openblas_thread_unless_the_caller_sets_it(monkeypatch, caller):
     from cfmtrain.bench.kernels import memory_limit, run_child

@@ -15,9 +15,7 @@ import sys
 import mace  # noqa: F401  (sets TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1, as in `cfmtrain train`)
 import pytest
 import torch
-from test_train_dist import free_port, rank_env
-from test_train_run import COMMON, REPO, train
-from test_train_units import make_store
+from helpers import COMMON, REPO, free_port, make_store, rank_env, train
 
 from cfmtrain.train.checkpoint import (
     CHECKPOINT,
@@ -104,6 +102,7 @@ def test_malicious_checkpoint_refused_after_import_mace(tmp_path):
     assert (tmp_path / f"{CHECKPOINT}.corrupt").exists() and not path.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["truncated", "random"])
 def test_resume_auto_moves_corrupt_checkpoint_aside(data, full_run, tmp_path, capsys, how):
     steps = json.loads((full_run / "summary.json").read_text())["steps_per_epoch"]
@@ -138,6 +137,7 @@ def test_explicit_resume_of_corrupt_checkpoint_names_it(data, full_run, tmp_path
     assert path.exists()  # a checkpoint named by hand is never moved
 
 
+@pytest.mark.dist
 def test_two_ranks_resume_past_a_corrupt_checkpoint(tmp_path):
     """2 gloo ranks: rank 0 moves the corrupt newest checkpoint aside, rank 1 skips it alike;
     both go on from the one before, the last step is trained again and the run finishes with the

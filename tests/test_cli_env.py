@@ -62,6 +62,7 @@ def run_cli(tmp_path: Path, *argv: str, **extra_env: str) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["bench", "graphs", "--help"], ["train", "--help"]])
 def test_heavy_commands_run_with_the_allocator_settings(tmp_path, argv):
     supervisor, child = run_cli(tmp_path, *argv)  # exactly two starts: the CLI, its child
@@ -72,6 +73,7 @@ def test_heavy_commands_run_with_the_allocator_settings(tmp_path, argv):
     assert child["cmdline"][-len(argv):] == argv and child["cmdline"][1:3] == ["-m", "cfmtrain"]
 
 
+@pytest.mark.slow
 def test_light_commands_keep_the_environment_and_heavy_ones_start_once(tmp_path):
     starts = run_cli(tmp_path, "generate", "--help")
     assert len(starts) == 2

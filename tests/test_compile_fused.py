@@ -7,13 +7,15 @@ import e3nn
 import mace  # noqa: F401  (import mace before e3nn)
 import pytest
 import torch
+from helpers import make_tp
 from mace.tools.compile import configure_autograd_for_compile, disable_e3nn_codegen
-from test_conv import make_tp
 
 from cfmtrain.bench.kernels_worker import make_batch, paper_model, supercell
 from cfmtrain.kernels import dense, fuse_model, prepare_for_compile, unfuse_model, without_codegen
 from cfmtrain.kernels.conv import channelwise_conv, conv_descriptor, conv_graph
 from cfmtrain.kernels.sparse_polynomial import _REGISTRY
+
+pytestmark = pytest.mark.slow  # torch.compile: about 2 minutes here
 
 
 @pytest.fixture

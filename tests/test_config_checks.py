@@ -51,6 +51,19 @@ CASES = [
      "config model.max_ell: 14 is beyond the spherical harmonics e3nn implements"),
     ("radial_mlp", lambda c: c["train"]["settings"]["model"].update(radial_mlp=[0, 8]),
      "config model.radial_mlp: [0, 8] must be >= 1"),
+    # train.settings is checked by the loader training uses (the schema no longer mirrors it)
+    ("settings_key", lambda c: c["train"]["settings"].update(epochz=3),
+     "config train.settings: config: unknown key 'epochz'"),
+    ("settings_type", lambda c: c["train"]["settings"].update(epochs="two"),
+     "config train.settings: config epochs"),
+    ("settings_range", lambda c: c["train"]["settings"].update(eval_fraction=1.5),
+     "config train.settings: config eval_fraction"),
+    ("settings_variant", lambda c: c["train"]["settings"].update(variant="both"),
+     "config train.settings.variant: not a setting"),
+    ("matrix_variant", lambda c: c["train"]["matrix"][0].update(variants=["baseline", "bothh"]),
+     "config train.matrix[0].variants: unknown variant(s) ['bothh']"),
+    ("figures_variant", lambda c: c.setdefault("figures", {}).update(variants=["kernal"]),
+     "config figures.variants: unknown variant(s) ['kernal']"),
 ]
 
 
@@ -92,6 +105,7 @@ def test_library_checks_are_remembered_per_model_setting(tmp_path):
     check_workflow_config(bad, library_checks=False)  # the jobs' own parse skips them
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("overlay, message", [
     ("cutoff: .nan\n", "config cutoff: nan is not a finite number"),
     ("train:\n  settings:\n    model: {hidden_irreps: '16x0e+16x1x'}\n",

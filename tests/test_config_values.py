@@ -1,27 +1,18 @@
-"""Training config values as a user types them (issue #11 items 1 and 8): `--set` values read by
+"""Training config values as a user types them: `--set` values read by
 the key's declared type (1e-3 and 5e-07 are floats), every numeric key range-checked when the
-config is read, the pipeline schema's `train.settings` equal to config.py's keys, defaults and
-ranges, and `cfmtrain split` refusing fractions that leave nothing to train on."""
+config is read (the workflow checks `train.settings` with the same loader at parse time), and
+`cfmtrain split` refusing fractions that leave nothing to train on."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
-import typing
-from pathlib import Path
 
 import pytest
-import yaml
 
 from cfmtrain.cli import main
 from cfmtrain.train import cli as train_cli
 from cfmtrain.train import config as config_mod
-
-ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
-SETTINGS = SCHEMA["properties"]["train"]["properties"]["settings"]
-PER_CELL = {"variant", "train_fraction"}  # set by each cell, not by train.settings
 
 
 def train_args(*sets: str) -> argparse.Namespace:
@@ -84,95 +75,6 @@ def test_all_loss_weights_zero_is_refused():
     with pytest.raises(config_mod.ConfigError, match="optim.energy_weight.*all 0"):
         config_mod.load_config(overrides=["optim.energy_weight=0", "optim.forces_weight=0"])
     config_mod.load_config(overrides=["optim.energy_weight=0"])  # forces alone train
-
-
-def _fields(cls: type, prefix: str = "") -> dict[str, tuple[typing.Any, typing.Any]]:
-    """{dotted key: (declared type, default)} of a config dataclass, nested ones flattened."""
-    out = {}
-    hints = typing.get_type_hints(cls)
-    for field in dataclasses.fields(cls):
-        hint = hints[field.name]
-        if dataclasses.is_dataclass(hint):
-            out.update(_fields(hint, f"{prefix}{field.name}."))
-        else:
-            default = (field.default_factory() if field.default is dataclasses.MISSING
-                       else field.default)
-            out[f"{prefix}{field.name}"] = (hint, default)
-    return out
-
-
-def _schema_leaves(node: dict, prefix: str = "") -> dict[str, dict]:
-    out = {}
-    for key, sub in node["properties"].items():
-        if sub.get("type") == "object":
-            assert sub.get("additionalProperties") is False, f"{prefix}{key}: typos must fail"
-            out.update(_schema_leaves(sub, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = sub
-    return out
-
-
-JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
-
-
-def _json_types(hint: typing.Any) -> set[str]:
-    if typing.get_origin(hint) is typing.Literal:
-        return {"string"}
-    if typing.get_origin(hint) is list:
-        return {"array"}
-    args = typing.get_args(hint)
-    return {"null" if a is type(None) else JSON_TYPES[a] for a in args} if args else {
-        JSON_TYPES[hint]}
-
-
-def test_schema_train_settings_are_config_py_keys_types_and_defaults():
-    assert SETTINGS.get("additionalProperties") is False
-    leaves, fields = _schema_leaves(SETTINGS), _fields(config_mod.TrainConfig)
-    assert set(leaves) == set(fields) - PER_CELL
-    for key, sub in leaves.items():
-        hint, default = fields[key]
-        if "enum" in sub:
-            assert sub["enum"] == list(typing.get_args(hint)), key
-        elif "anyOf" not in sub:  # batch.capacity: an integer or auto
-            declared = sub["type"] if isinstance(sub["type"], list) else [sub["type"]]
-            assert set(declared) == _json_types(hint), key
-        assert "default" not in sub, f"{key}: a schema default would reach every command line"
-        text = re.search(r"Default - (.+)$", " ".join(sub["description"].split())).group(1)
-        assert yaml.safe_load(text) == default, key
-
-
-def _bounds(sub: dict) -> dict[str, float]:
-    for branch in [sub, *sub.get("anyOf", [])]:
-        found = {k: v for k, v in branch.items() if "imum" in k}
-        if found:
-            return found
-    return {}
-
-
-def test_schema_ranges_equal_the_config_checks():
-    """Every bounded settings key: the schema and validate() agree on its boundary."""
-    leaves = _schema_leaves(SETTINGS)
-    bounded = {k for k, sub in leaves.items()
-               if _bounds(sub) or _bounds(sub.get("items", {}))}
-    assert bounded == set(config_mod.RANGES) - PER_CELL
-    for key in bounded:
-        sub = leaves[key]
-        is_list = "items" in sub
-        bounds = _bounds(sub["items"] if is_list else sub)
-        integer = "integer" in str(sub)
-        step = 1 if integer else 1e-9
-        cases = []  # (value, accepted)
-        for kind, edge in bounds.items():
-            inward = step if kind.lower().endswith("minimum") else -step
-            cases += [(edge + inward, True), (edge - inward, False),
-                      (edge, not kind.startswith("exclusive"))]
-        for value, accepted in cases:
-            override = f"{key}={[value] if is_list else value}"
-            if accepted:
-                config_mod.load_config(overrides=[override])
-            else:
-                with pytest.raises(config_mod.ConfigError, match=re.escape(key)):
-                    config_mod.load_config(overrides=[override])
 
 
 @pytest.mark.parametrize("fractions, message", [

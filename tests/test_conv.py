@@ -4,14 +4,15 @@ scatter_sum: block messages, derivatives to second order, edge cases, and whole 
 import copy
 import inspect
 
-import e3nn
 import mace.modules  # noqa: F401  (import mace before e3nn)
 import numpy as np
 import pytest
 import torch
 from e3nn import o3
-from mace.modules.irreps_tools import tp_out_irreps_with_instructions
-from mace.modules.wrapper_ops import TensorProduct
+from helpers import (  # noqa: F401  (small_and_serial: autouse, one thread, no e3nn TorchScript)
+    make_tp,
+    small_and_serial,
+)
 from mace.tools.scatter import scatter_sum
 
 from cfmtrain.kernels.conv import (
@@ -26,18 +27,6 @@ from cfmtrain.kernels.linear import HAND_OVER_BLOCKS
 from cfmtrain.kernels.radial import FoldedRadialMLP
 
 
-@pytest.fixture(autouse=True, scope="module")
-def small_and_serial():
-    """Tiny problems: one thread (OpenMP spin-waits cost seconds on a shared 2-core machine) and
-    no TorchScript compilation of e3nn's generated code (numerically the same modules)."""
-    threads, options = torch.get_num_threads(), e3nn.get_optimization_defaults()
-    torch.set_num_threads(1)
-    e3nn.set_optimization_defaults(jit_script_fx=False)
-    yield
-    torch.set_num_threads(threads)
-    e3nn.set_optimization_defaults(**options)
-
-
 @pytest.fixture
 def float64_default():
     """Build mace modules in float64 so that their CG buffers are float64-exact."""
@@ -45,15 +34,6 @@ def float64_default():
     torch.set_default_dtype(torch.float64)
     yield
     torch.set_default_dtype(old)
-
-
-def make_tp(hidden: str, lmax: int) -> torch.nn.Module:
-    """The conv_tp MACE builds for node features `hidden` and spherical harmonics up to lmax."""
-    irreps_in, sh = o3.Irreps(hidden), o3.Irreps.spherical_harmonics(lmax)
-    target = sh.sort()[0].simplify()
-    mid, instructions = tp_out_irreps_with_instructions(irreps_in, sh, target)
-    return TensorProduct(irreps_in, sh, mid, instructions=instructions, shared_weights=False,
-                         internal_weights=False)
 
 
 def mace_conv(tp, x, y, w, edge_index):
@@ -177,6 +157,7 @@ def formed(h: torch.Tensor, basis: torch.Tensor, graph) -> torch.Tensor:
     return (h.detach()[graph.recv_perm] @ basis.detach()).contiguous()
 
 
+@pytest.mark.slow
 def test_opcheck_schemas_fake_and_autograd_registrations(float64_default):
     tp = make_tp("2x0e+2x1o", 2)
     edge_index = torch.tensor([[0, 1, 2, 2, 3, 0], [1, 0, 0, 3, 3, 2]])
@@ -307,6 +288,7 @@ def model_outputs(model, batch) -> list[torch.Tensor]:
     return [out["energy"].detach(), out["forces"].detach(), out["stress"].detach(), *grads]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first,rest", BLOCKS)
 def test_model_matches_mace_float64(float64_default, first, rest):
     torch.manual_seed(0)
@@ -333,6 +315,7 @@ MATRIX = [
 ELEMENTS = {1: (29,), 3: (8, 28, 29), 10: (1, 6, 7, 8, 13, 14, 26, 28, 29, 30)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", MATRIX, ids=lambda c: "b{}-l{}-nu{}-z{}-2e{:d}-red{:d}".format(*c))
 def test_fully_fused_model_matrix_float64(float64_default, case):
     from cfmtrain.kernels import fuse_model, kernel_backend
@@ -637,6 +620,7 @@ def test_double_backward_merges_the_forms_sharing_weights(float64_default, monke
     assert not merged
 
 
+@pytest.mark.slow
 def test_benchmark_convs_agree_with_mace():
     """`cfmtrain bench kernels` times the same messages for the fused and mace-torch convs."""
     from cfmtrain.bench.kernels_worker import conv_setup, make_batch, paper_model, supercell
@@ -729,6 +713,7 @@ def test_formed_rows_give_what_the_kernels_form(float64_default, threads):
         conv_gather(g, y, h, graph, desc, True, basis, rows)
 
 
+@pytest.mark.slow
 def test_training_keeps_the_rows_for_the_step_and_inference_forms_them(float64_default,
                                                                           monkeypatch):
     """A fused model in training mode forms each factored conv's rows once per step, and its
@@ -838,6 +823,7 @@ def record_deferred_takes(monkeypatch) -> list[bool]:
     return taken
 
 
+@pytest.mark.slow
 def test_loss_backward_contracts_both_passes_weight_gradients_once(float64_default,
                                                                      monkeypatch):
     """In a force-trained loss's backward, each factored conv's edge node (from the forces'

@@ -52,6 +52,7 @@ def child_of(out: Path, timeout: float = 60) -> int:
     raise AssertionError(f"no staging folder appeared in {out}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, cause", [
     (signal.SIGSEGV, "SIGSEGV (a segmentation fault in native code)"),
     (signal.SIGFPE, "SIGFPE (a floating-point exception in native code)"),
@@ -79,6 +80,7 @@ def test_a_death_by_signal_is_explained_and_cleaned_up(tmp_path, signum, cause):
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the last good output
 
 
+@pytest.mark.slow
 def test_a_stop_is_passed_on_and_leaves_nothing_unfinished(tmp_path):
     source = many_frames(tmp_path / "many.xyz")
     out = tmp_path / "frames"
@@ -92,6 +94,7 @@ def test_a_stop_is_passed_on_and_leaves_nothing_unfinished(tmp_path):
     assert list(out.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_staging_folder_of_a_killed_conversion_is_removed_by_the_next(tmp_path):
     source = many_frames(tmp_path / "few.xyz", 20)
     out = tmp_path / "frames"
@@ -102,6 +105,7 @@ def test_a_staging_folder_of_a_killed_conversion_is_removed_by_the_next(tmp_path
     assert sorted(p.name for p in out.iterdir()) == ["frames_0000.extxyz", "manifest.json"]
 
 
+@pytest.mark.slow
 def test_a_molecule_thousands_of_angstrom_wide_converts(tmp_path):
     """Before: exit 136 (SIGFPE in vesin's cell list) with an empty log, --skip-invalid alike."""
     wide = labelled(Atoms("C5", positions=[[0, 0, 0], [1.3, 0, 0], [2200, 0, 0],

@@ -164,6 +164,7 @@ def conv_in_process(env: dict) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_conv_chunk_products_equal_aten():
     """The conv's float32 chunk products (forming weight rows, their dH, the summed dB) and the
     whole-edge ones give at::mm's numbers to first and second order."""

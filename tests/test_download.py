@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from helpers import FAST, leftovers, sha256
 
 from cfmtrain.cli import main as cli_main
 from cfmtrain.sources.download import DownloadError, download, sidecar_path
@@ -17,17 +18,6 @@ try:
     from http_server import FileServer, ServedFile
 except ImportError:  # tests imported as a package
     from tests.http_server import FileServer, ServedFile
-
-FAST = {"retries": 3, "backoff": 0.0, "timeout": 10.0, "progress": False}
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def leftovers(folder) -> list[str]:
-    return sorted(p.name for p in folder.iterdir())
-
 
 def test_normal_download_sha256_and_md5(tmp_path, payload):
     with FileServer({"a.bin": ServedFile(payload)}) as server:

@@ -15,7 +15,7 @@ try:
     from http_server import FileServer, ServedFile
 except ImportError:  # tests imported as a package
     from tests.http_server import FileServer, ServedFile
-from test_download import FAST, leftovers, sha256
+from helpers import FAST, leftovers, sha256
 
 pytestmark = pytest.mark.filterwarnings("ignore:no published checksum")
 ONCE = {**FAST, "retries": 0}

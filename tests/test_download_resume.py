@@ -19,6 +19,8 @@ try:
 except ImportError:  # tests imported as a package
     from tests.http_server import FileServer, ServedFile
 
+pytestmark = pytest.mark.workflow  # runs Snakemake
+
 ROOT = Path(__file__).resolve().parents[1]
 CUT = 150_001
 

@@ -5,12 +5,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import CUTOFF, make_store
 from mace import modules
 from mace.data import AtomicData, KeySpecification, config_from_atoms
 from mace.data.utils import compute_average_E0s
 from mace.tools import AtomicNumberTable
 from mace.tools.torch_geometric.dataloader import Collater
-from test_train_units import CUTOFF, make_store
 
 from cfmtrain.graphs import store as store_mod
 from cfmtrain.train import model as model_mod

@@ -10,9 +10,9 @@ import mace  # noqa: F401  (import mace before e3nn)
 import pytest
 import torch
 from e3nn import o3
+from helpers import atoms, batch_dict, energy_forces_grads, small_model
 from mace.data.neighborhood import get_neighborhood
 from mace.modules.radial import BesselBasis, PolynomialCutoff
-from test_fuse import atoms, batch_dict, energy_forces_grads, small_model
 
 from cfmtrain.kernels import fuse_model, radial, unfuse_model
 from cfmtrain.kernels.edge_pairs import edge_pairs

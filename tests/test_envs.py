@@ -135,7 +135,10 @@ def _make_test(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess,
     shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
     log = tmp_path / "calls.log"
     stubs = {"scripts/setup.sh": "echo setup", "scripts/slurm/install.sh": "echo slurm; exit 1",
-             ".venv/bin/ruff": "echo ruff", ".venv/bin/python": 'echo "python $*"'}
+             ".venv/bin/ruff": "echo ruff", ".venv/bin/lint-imports": "echo lint-imports",
+             "scripts/check_workflow.sh": "echo check_workflow",
+             ".venv/bin/cfmtrain": 'echo "cfmtrain $*"', ".venv/bin/mkdocs": 'echo "mkdocs $*"',
+             ".venv/bin/python": 'echo "python $*"'}
     for rel, body in stubs.items():
         path = tmp_path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +154,9 @@ def test_make_test_skips_the_slurm_install_only_when_asked(tmp_path):
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir(), (tmp_path / "c").mkdir()
     result, calls = _make_test(tmp_path / "a", CFMTRAIN_SKIP_SLURM="1")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert calls.split("\n") == ["setup", "ruff", "python -m pytest -q", ""]
+    assert calls.split("\n") == ["setup", "ruff", "lint-imports", "check_workflow",
+                                  "cfmtrain docs --check", "mkdocs build --strict --quiet",
+                                  "python -m pytest -q --durations=25", ""]
     result, calls = _make_test(tmp_path / "b")
     assert result.returncode != 0 and calls.split("\n") == ["setup", "slurm", ""]
     result, calls = _make_test(tmp_path / "c", CFMTRAIN_SKIP_SLURM="0")
@@ -191,6 +196,7 @@ def test_setup_inputs_hash_changes_with_each_input(tmp_path):
     assert _inputs(copy) != first
 
 
+@pytest.mark.slow
 def test_setup_skips_pip_only_for_the_same_inputs(tmp_path):
     copy = _setup_copy(tmp_path)
     stamp = copy / ".venv" / ".cfmtrain-setup"

@@ -6,30 +6,13 @@ figure's CSV written by `cfmtrain figure` holds those numbers."""
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 import pandas as pd
 import pytest
-from run_fixtures import write_run, write_store
+from helpers import summary, write_run, write_simulated, write_store
 
 from cfmtrain.plots import cells, cli, ratios, simulated
-
-
-def summary(root, dataset: str, variant: str, ranks: int, median: float,
-            spread: tuple[float, float] | None = None, contended: bool = False):
-    """A cell's summary.json: with `spread` the format of `cfmtrain cell` (three repeats whose
-    median is `median`, min and max `spread`), without it a single run's older format."""
-    folder = root / "results" / "train" / dataset / variant / f"r{ranks}"
-    folder.mkdir(parents=True, exist_ok=True)
-    data = {"variant": variant, "ranks": ranks, "epoch_time_s": median}
-    if spread is not None:
-        times = [spread[0], median, spread[1]]
-        data.update(epoch_time_min_s=spread[0], epoch_time_max_s=spread[1], contended=contended,
-                    repeats=[{"repeat": k + 1, "epoch_time_s": t, "contended": contended and k == 2}
-                             for k, t in enumerate(times)])
-    (folder / "summary.json").write_text(json.dumps(data))
-    return folder / "summary.json"
 
 
 @pytest.fixture
@@ -101,24 +84,6 @@ def test_weak_scaling_efficiency(tmp_path):
     with pytest.raises(ValueError, match="same variant and ranks"):
         cells.weak_scaling_table(cells.cells_table(
             [*paths, summary(tmp_path, "mini", "both", 2, 6.0)]))
-
-
-def write_simulated(path, supported=None, reason="", band=True):
-    rows = []
-    for variant, base in (("baseline", 100.0), ("both", 20.0)):
-        for ranks, share in ((16, 1.0), (740, 0.05)):
-            t = base * share
-            row = {"run": variant, "variant": variant, "ranks": ranks, "epoch_s": t,
-                   "strategy": "x"}
-            if band:
-                row.update(epoch_s_low=0.9 * t if variant == "baseline" else 0.75 * t,
-                           epoch_s_high=1.1 * t if variant == "baseline" else 1.5 * t)
-            if supported is not None:
-                row.update(supported=supported, unsupported_reason=reason)
-            rows.append(row)
-    rows.append({**rows[-1], "run": "lpt (both cost)"})  # an extra strategy row: left out
-    pd.DataFrame(rows).to_csv(path, index=False)
-    return path
 
 
 def test_simulated_tables_band_speedup_and_support(tmp_path):

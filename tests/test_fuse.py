@@ -13,99 +13,23 @@ import numpy as np
 import pytest
 import torch
 from e3nn import o3
-from mace import data, modules, tools
+from helpers import (  # noqa: F401  (small_and_serial: autouse, one thread, no e3nn TorchScript)
+    Z,
+    atoms,
+    batch_dict,
+    energy_forces_grads,
+    rel_err,
+    small_and_serial,
+    small_model,
+)
+from mace import modules
 from mace.calculators import MACECalculator
 from mace.modules.symmetric_contraction import SymmetricContraction
-from mace.tools import torch_geometric
-from test_conv import small_and_serial  # noqa: F401  (autouse: one thread, no e3nn TorchScript)
 
 from cfmtrain.kernels import backend as kernel_backend_module
 from cfmtrain.kernels import choose_backend, fuse_model, kernel_backend, unfuse_model
 from cfmtrain.kernels.backend import choose_conv_backend
 from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
-
-Z = [29, 28]
-
-
-def small_model(cls=modules.MACE, reduced=False, hidden="8x0e+8x1o", max_ell=2, seed=0):
-    """A small 2-layer, correlation-3 model in float64 with perturbed (non-initial) weights."""
-    torch.manual_seed(seed)
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        kwargs = dict(
-            r_max=4.5, num_bessel=8, num_polynomial_cutoff=5, max_ell=max_ell,
-            interaction_cls=modules.interaction_classes["RealAgnosticResidualInteractionBlock"],
-            interaction_cls_first=modules.interaction_classes["RealAgnosticResidualInteractionBlock"],
-            num_interactions=2, num_elements=len(Z), hidden_irreps=o3.Irreps(hidden),
-            MLP_irreps=o3.Irreps("16x0e"), atomic_energies=np.array([-1.0, -2.0]),
-            avg_num_neighbors=8.0, atomic_numbers=Z, correlation=3,
-            gate=torch.nn.functional.silu, use_reduced_cg=reduced)
-        if cls is modules.ScaleShiftMACE:
-            kwargs.update(atomic_inter_scale=1.3, atomic_inter_shift=0.1)
-        model = cls(**kwargs)
-    finally:
-        torch.set_default_dtype(previous)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.requires_grad:
-                p.add_(0.3 * torch.randn_like(p))
-    return model
-
-
-def atoms(num_cells=(2, 2, 2)):
-    structure = ase.build.bulk("Cu", "fcc", a=3.6, cubic=True) * num_cells
-    structure.numbers[::3] = 28
-    structure.rattle(0.1, seed=1)
-    return structure
-
-
-def batch_dict(structure, dtype=torch.float64):
-    config = data.config_from_atoms(structure)
-    item = data.AtomicData.from_config(config, z_table=tools.AtomicNumberTable(Z), cutoff=4.5)
-    batch = next(iter(torch_geometric.dataloader.DataLoader([item], batch_size=1)))
-    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in batch.to_dict().items()}
-
-
-def energy_forces_grads(model, batch):
-    """Energy, forces and the parameter gradients of an energy+forces loss (double backward)."""
-    out = model(dict(batch), training=True, compute_force=True)
-    loss = out["energy"].pow(2).sum() + out["forces"].pow(2).sum()
-    params = [p for p in model.parameters() if p.requires_grad]
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
-    grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, params, strict=True)]
-    return [out["energy"].detach(), out["forces"].detach(), *grads]
-
-
-def assert_swap_exact_and_round_trips(swap, unswap, attr: str, cls: type, tol: float):
-    """`swap` puts `cls` at every interaction's `attr` of a small model: same state_dict keys,
-    energy, forces and parameter gradients within `tol` of mace-torch's, also after torch.save
-    and torch.load; `unswap` gives the original modules back."""
-    import io
-
-    model = small_model()
-    batch = batch_dict(atoms())
-    expected = energy_forces_grads(model, batch)
-    keys = list(model.state_dict())
-    originals = [getattr(block, attr) for block in model.interactions]
-    assert swap(model) == len(originals) == 2
-    assert list(model.state_dict()) == keys
-    for got, want in zip(energy_forces_grads(model, batch), expected, strict=True):
-        assert rel_err(got, want) < tol
-    buffer = io.BytesIO()
-    torch.save(model, buffer)
-    loaded = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
-    assert all(isinstance(getattr(b, attr), cls) for b in loaded.interactions)
-    for got, want in zip(energy_forces_grads(loaded, batch), expected, strict=True):
-        assert rel_err(got, want) < tol
-    unswap(model)
-    assert [getattr(block, attr) for block in model.interactions] == originals
-    assert list(model.state_dict()) == keys
-
-
-def rel_err(a, b):
-    scale = b.abs().max().item()
-    return (a - b).abs().max().item() / (scale if scale > 0 else 1.0)
 
 
 def l2_err(a, b):

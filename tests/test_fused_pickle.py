@@ -11,8 +11,8 @@ import textwrap
 import mace  # noqa: F401  (as mace users do; cfmtrain itself no longer needs it first)
 import pytest
 import torch
+from helpers import atoms, batch_dict, energy_forces_grads, small_model
 from mace import modules
-from test_fuse import atoms, batch_dict, energy_forces_grads, small_model
 
 from cfmtrain.kernels import fuse_model, kernel_backend, unfuse_model
 from cfmtrain.kernels.conv import FusedChannelwiseConv
@@ -70,6 +70,7 @@ def test_torch_save_load_gives_the_same_fused_model(fused_and_batch, tmp_path):
     assert max_rel(energy_forces_grads(unfuse_model(loaded), batch), reference) <= 1e-12
 
 
+@pytest.mark.slow
 def test_loads_fused_in_a_fresh_interpreter(fused_and_batch, tmp_path):
     """Unpickling imports cfmtrain itself (no mace first) and re-fuses."""
     model, batch = fused_and_batch
@@ -112,6 +113,7 @@ def test_deepcopy_eval_mode_and_a_dtype_change_survive(fused_and_batch, tmp_path
     assert max_rel(got, expected) <= 1e-6
 
 
+@pytest.mark.slow
 def test_cueq_backend_pickles():
     pytest.importorskip("cuequivariance_torch")
     model = fuse_model(small_model(cls=modules.ScaleShiftMACE, reduced=True), backend="cueq")

@@ -25,6 +25,8 @@ from cfmtrain.train.config import load_config
 from cfmtrain.train.loop import train_step
 from cfmtrain.train.metrics import StepTimes
 
+pytestmark = pytest.mark.slow  # 100 steps of 4 runs: about 20 s
+
 CUTOFF = 4.5
 STEPS = 100
 EPS32 = float(np.finfo(np.float32).eps)

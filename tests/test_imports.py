@@ -38,6 +38,7 @@ def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProces
                           cwd="/", env=env, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("statement", STATEMENTS)
 def test_entry_point_imports_in_a_fresh_interpreter(statement):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_FORCE_")}
@@ -94,6 +95,7 @@ def test_importing_cfmtrain_keeps_torch_load_safe(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_a_slice_allowed_before_cfmtrain_stays_allowed():
     code = textwrap.dedent("""
         import torch

@@ -107,6 +107,7 @@ def two_ranks_holding(folder: Path) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.dist
 def test_two_local_ranks_all_reduce_and_get_sigterm(tmp_path):
     proc = two_ranks_holding(tmp_path)
     try:  # both ranks are in their hold, signal handlers installed
@@ -126,6 +127,7 @@ def test_two_local_ranks_all_reduce_and_get_sigterm(tmp_path):
         assert (tmp_path / f"rank{r}.sigterm").read_text() == str(int(signal.SIGTERM)), out
 
 
+@pytest.mark.dist
 def test_two_local_ranks_stopped_after_the_run_was_complete_exit_0(tmp_path):
     """torchrun's agent exits 1 on SIGTERM even when its ranks are done; once the run's
     summary.json is written (the run is complete), the launcher exits 0, so that Snakemake keeps

@@ -10,7 +10,7 @@ import mace  # noqa: F401  (import mace before e3nn)
 import pytest
 import torch
 from e3nn import o3
-from test_fuse import (
+from helpers import (
     assert_swap_exact_and_round_trips,
     atoms,
     batch_dict,

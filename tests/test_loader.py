@@ -17,9 +17,9 @@ import pytest
 import torch
 from ase.build import fcc111
 from ase.calculators.emt import EMT
+from helpers import CUTOFF, emt_frames
 from mace.tools import AtomicNumberTable
 from mace.tools.torch_geometric.dataloader import Collater
-from test_train_units import CUTOFF, emt_frames
 
 from cfmtrain.batches.batching import BatchAssembler
 from cfmtrain.batches.cells import edge_shifts

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_train_run import train
-from test_train_units import CUTOFF, emt_frames, make_store
+from helpers import CUTOFF, emt_frames, make_store, train
 
 from cfmtrain.train.metrics import NonFiniteMetricError
 

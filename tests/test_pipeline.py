@@ -13,6 +13,8 @@ import yaml
 from cfmtrain.graphs.split import load_split
 from cfmtrain.graphs.store import GraphStore
 
+pytestmark = pytest.mark.workflow  # runs Snakemake
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -11,7 +11,7 @@ import matplotlib.text
 import numpy as np
 import pandas as pd
 import pytest
-from test_figure_tables import summary, write_simulated
+from helpers import summary, write_simulated
 
 from cfmtrain.plots import ablation, cells, cli, scaling, simulated
 

@@ -24,6 +24,8 @@ import cfmtrain.kernels.sparse_polynomial  # noqa: F401  (loads the contraction'
 from cfmtrain.kernels import isa
 from cfmtrain.kernels.backend import load_ops
 
+pytestmark = pytest.mark.slow  # a fresh interpreter per library variant
+
 ROOT = Path(__file__).resolve().parents[1]
 # the ops this test file loads
 OPS = ("channelwise_conv", "dense_mm", "radial_mlp", "silu", "symmetric_contraction")

@@ -14,8 +14,7 @@ from pathlib import Path
 import ase.io
 import pytest
 import torch
-from test_train_run import COMMON
-from test_train_units import emt_frames
+from helpers import COMMON, emt_frames
 
 from cfmtrain.cli import main
 from cfmtrain.graphs.build import build_shard
@@ -153,6 +152,7 @@ def test_a_corrupt_split_names_its_file(sets, tmp_path, capsys, damage):
     assert f"{path}: unreadable, truncated or not a split" in err and "delete it" in err
 
 
+@pytest.mark.slow
 def test_resume_onto_changed_data_starts_afresh_saying_why(sets, tmp_path, capsys):
     """A run stopped after two steps; then every energy of its data set shifts and its graphs
     and split are rebuilt: --resume auto starts afresh (new statistics, no old steps), and an

@@ -8,7 +8,7 @@ import mace  # noqa: F401  (import mace before e3nn)
 import pytest
 import torch
 from e3nn.nn import FullyConnectedNet
-from test_fuse import assert_swap_exact_and_round_trips, rel_err
+from helpers import assert_swap_exact_and_round_trips, rel_err
 
 from cfmtrain.kernels.radial import FoldedRadialMLP, fold_radial_mlps, unfold_radial_mlps
 

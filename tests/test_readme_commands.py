@@ -64,6 +64,7 @@ def test_readme_figure_commands_parse(command):
     assert args.name in figure_cli.FIGURES
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("command", [c for c in readme_commands() if c.startswith("snakemake ")
                                      and "--configfile" not in c])
 def test_readme_snakemake_commands_plan(command):
@@ -78,17 +79,17 @@ def test_readme_snakemake_commands_plan(command):
                                      if c.startswith("cfmtrain goals ")])
 def test_readme_goals_commands_run(command, tmp_path):
     """The line as written, in a folder whose `results` holds one run's cells that meet the
-    goals (tests/test_ablation_goals.py), then again with `both` on mini_m slower than
-    `kernel`: exit 0, then 1."""
-    from test_ablation_goals import GOOD, write_run
+    goals (helpers.GOOD, as in tests/test_ablation_goals.py), then again with `both` on mini_m
+    slower than `kernel`: exit 0, then 1."""
+    from helpers import GOOD, write_goal_run
 
-    write_run(tmp_path / "results")
+    write_goal_run(tmp_path / "results")
     words = shlex.split(command)
     result = subprocess.run([sys.executable, "-m", "cfmtrain", *words[1:]], cwd=tmp_path,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "FAILED" not in result.stdout and "checks passed over 1 run(s)" in result.stderr
-    write_run(tmp_path / "results", {("mini_m", 2): {**GOOD[("mini_m", 2)], "both": 6.0}})
+    write_goal_run(tmp_path / "results", {("mini_m", 2): {**GOOD[("mini_m", 2)], "both": 6.0}})
     result = subprocess.run([sys.executable, "-m", "cfmtrain", *words[1:]], cwd=tmp_path,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1 and "ordering      mini_m r2" in result.stdout

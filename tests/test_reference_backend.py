@@ -8,10 +8,16 @@ import copy
 import mace  # noqa: F401  (import mace before e3nn)
 import pytest
 import torch
+from helpers import (  # noqa: F401  (small_and_serial: autouse, one thread, no e3nn TorchScript)
+    atoms,
+    batch_dict,
+    energy_forces_grads,
+    rel_err,
+    small_and_serial,
+    small_model,
+)
 from mace import modules
 from mace.modules.symmetric_contraction import SymmetricContraction
-from test_conv import small_and_serial  # noqa: F401  (autouse: one thread, no e3nn TorchScript)
-from test_fuse import atoms, batch_dict, energy_forces_grads, rel_err, small_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cfmtrain.kernels import fuse_model, kernel_backend, unfuse_model

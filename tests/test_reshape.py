@@ -8,8 +8,8 @@ import mace  # noqa: F401  (import mace before e3nn)
 import pytest
 import torch
 from e3nn import o3
+from helpers import assert_swap_exact_and_round_trips
 from mace.modules.irreps_tools import reshape_irreps
-from test_fuse import assert_swap_exact_and_round_trips
 
 from cfmtrain.kernels.reshape import FusedReshape, fuse_reshapes, unfuse_reshapes
 

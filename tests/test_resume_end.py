@@ -15,7 +15,7 @@ import sys
 
 import pytest
 import torch
-from test_train_run import COMMON, REPO, train
+from helpers import COMMON, REPO, train
 
 from cfmtrain.train import runner
 from cfmtrain.train.checkpoint import CHECKPOINT, load_checkpoint
@@ -42,6 +42,7 @@ def assert_same_outputs(ref, got) -> None:
     assert summary["epochs"] == json.loads((ref / "summary.json").read_text())["epochs"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["last step", "final validation"])
 def test_sigterm_at_the_end_then_resume_finishes(data, full_run, tmp_path, monkeypatch, capsys,
                                                  point):
@@ -81,6 +82,7 @@ def test_sigterm_at_the_end_then_resume_finishes(data, full_run, tmp_path, monke
     assert_same_outputs(full_run, tmp_path)
 
 
+@pytest.mark.slow
 def test_outputs_deleted_after_finish_are_rewritten_without_training(data, full_run, tmp_path,
                                                                      capsys):
     # what Snakemake does after a failed exit: delete the outputs, run the rule again
@@ -104,6 +106,7 @@ def test_outputs_deleted_after_finish_are_rewritten_without_training(data, full_
     assert load_checkpoint(tmp_path / CHECKPOINT)["global_step"] == 1
 
 
+@pytest.mark.slow
 def test_max_steps_equal_to_the_runs_steps_finishes(data, full_run, tmp_path):
     assert train(data[0], data[1], tmp_path, f"max_steps={total_steps(full_run)}") == 0
     assert_same_outputs(full_run, tmp_path)
@@ -127,6 +130,7 @@ import cfmtrain.train.__main__
 """
 
 
+@pytest.mark.slow
 def test_sigterm_after_outputs_are_written_exits_0(data, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     out = tmp_path / "run"

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from run_fixtures import write_run, write_store
+from helpers import write_run, write_store
 
 from cfmtrain.simulate.allreduce import Network, ring_allreduce_s, tree_allreduce_s
 from cfmtrain.simulate.cli import kernels_of, verdict
@@ -338,6 +338,7 @@ def two_paths(mace: pd.DataFrame, fused: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([mace.assign(kernels="mace"), fused.assign(kernels="fused")])
 
 
+@pytest.mark.slow
 def test_cli_writes_tables_with_bands_and_cases(tmp_path):
     calibration = two_paths(calibration_points(noise=0.02, seed=1),
                             calibration_points((0.04, 1e-3, 5e-5), noise=0.02, seed=2))
@@ -377,6 +378,7 @@ def test_cli_writes_tables_with_bands_and_cases(tmp_path):
     assert "its median wall/CPU ratio 1.50" in text
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_weak_fit_in_tables_and_paper(tmp_path):
     rng = np.random.default_rng(5)
     mace = calibration_points()

@@ -8,7 +8,7 @@ import mace  # noqa: F401  (import mace before e3nn)
 import pytest
 import torch
 from e3nn import o3
-from test_fuse import assert_swap_exact_and_round_trips, rel_err
+from helpers import assert_swap_exact_and_round_trips, rel_err
 
 from cfmtrain.kernels.skip import FusedSkipTP, fuse_skips, unfuse_skips
 

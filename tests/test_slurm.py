@@ -39,7 +39,7 @@ TINY_MODEL = {"hidden_irreps": "8x0e+8x1o", "max_ell": 2, "correlation": 2, "rad
               "num_bessel": 4}
 
 # bounded: the lock waits at most 600 s, the cluster run itself takes 2-4 min on 2 busy cores
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def _require_slurm() -> None:

@@ -67,6 +67,7 @@ def test_batch_sweep_times_every_point(store, monkeypatch):
     assert set(frame[frame.molecules == "large"].atoms) == {108}
 
 
+@pytest.mark.slow
 def test_out_of_memory_is_recorded(store, monkeypatch):
     monkeypatch.setitem(cli.PRESETS, "quick", {**cli.PRESETS["quick"], "small": [1],
                                                "large": [64, 128], "repeats": 1})
@@ -154,6 +155,7 @@ def test_calibration_times_both_compute_paths(store):
                                    "--dtypes", "float64"]))
 
 
+@pytest.mark.slow
 def test_calibration_fails_when_a_path_times_nothing(store):
     from cfmtrain.graphs.store import GraphStore
     from cfmtrain.sweep.calibrate import calibration_sweep

@@ -258,6 +258,7 @@ def test_opcheck_aot_dispatch_dynamic():
         torch.library.opcheck(op, args, test_utils="test_aot_dispatch_dynamic")
 
 
+@pytest.mark.slow
 def test_torch_compile_full_graph_matches_eager_with_gradients():
     """torch.compile(fullgraph=True, dynamic=True) of the fused module: outputs, input and weight
     gradients equal eager ones, at two node counts (one graph, dynamic shapes), with the

@@ -8,28 +8,19 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+from helpers import free_port, rank_env
+
+pytestmark = pytest.mark.dist  # two gloo ranks in their own processes
+
 REPO = Path(__file__).resolve().parents[1]
 BATCHES = [[0], [1, 2, 4]]  # training positions per rank: 1 graph vs 3 (uneven)
 STRESS_WEIGHT = 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rank_env(rank: int, world: int, port: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMP_"))}
-    return {**env, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-            "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
 def gradient_worker(store: Path, split: Path, out: Path) -> None:
@@ -37,8 +28,8 @@ def gradient_worker(store: Path, split: Path, out: Path) -> None:
     all-reduce and again in measurement mode (barrier, flat all-reduce); save the gradients."""
     import mace  # noqa: F401
     import torch
+    from helpers import TINY
     from mace.tools.torch_geometric.dataloader import Collater
-    from test_train_units import TINY
 
     from cfmtrain.dist import distenv
     from cfmtrain.train.build import build_run
@@ -74,9 +65,9 @@ def test_two_ranks_give_gradient_of_union(tmp_path):
     import mace  # noqa: F401
     import numpy as np
     import torch
+    from helpers import CUTOFF, make_store
     from mace import modules
     from mace.tools.torch_geometric.dataloader import Collater
-    from test_train_units import CUTOFF, make_store
 
     from cfmtrain.batches.data import GraphDataset
     from cfmtrain.graphs.store import GraphStore
@@ -115,7 +106,7 @@ def test_two_ranks_give_gradient_of_union(tmp_path):
 
 
 def test_dead_rank_fails_the_other_within_timeout(tmp_path):
-    from test_train_units import TINY, make_store
+    from helpers import TINY, make_store
 
     store, split, _ = make_store(tmp_path / "store", n=24)
     port = free_port()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_train_run import COMMON
+from helpers import COMMON
 
 from cfmtrain.dist import contention
 from cfmtrain.dist.launch import completed_run
@@ -324,6 +324,7 @@ def cell(data, out: Path, *settings: str, **options) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow
 def test_cell_of_two_repeats_end_to_end_and_rerun(data, tmp_path):
     out = tmp_path / "cell"
     result = cell(data, out)
@@ -379,6 +380,7 @@ def test_cell_of_two_repeats_end_to_end_and_rerun(data, tmp_path):
     assert rep3["epoch_time_s"] in [r["epoch_time_s"] for r in summary["repeats"]]
 
 
+@pytest.mark.slow
 def test_a_repeat_stopped_part_way_fails_the_cell_and_continues_in_the_next(data, tmp_path):
     out = tmp_path / "cell"
     result = cell(data, out, "max_steps=3")  # repeat 1 stops with a checkpoint, exit 0
@@ -393,6 +395,7 @@ def test_a_repeat_stopped_part_way_fails_the_cell_and_continues_in_the_next(data
     assert [r["resumed_epochs"] for r in summary["repeats"]] == [[0], []]
 
 
+@pytest.mark.slow
 def test_sigterm_reaches_the_repeat_which_checkpoints(data, tmp_path):
     out = tmp_path / "cell"
     proc = subprocess.Popen(cell_argv(data, out, "epochs=200"), cwd=ROOT, env=ENV,

@@ -5,44 +5,20 @@ exported model in mace-torch's MACECalculator in a clean interpreter where cfmtr
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_train_units import TINY
+from helpers import COMMON, REPO, train
 
 from cfmtrain.kernels import isa
-from cfmtrain.train import cli
-
-REPO = Path(__file__).resolve().parents[1]
-COMMON = [*TINY, "epochs=2", "batch.graphs_per_batch=3", "measure_straggler=false"]
-
-
-def train(store: Path, split: Path, out: Path, *overrides: str, resume: str | None = None) -> int:
-    """`cfmtrain train` in this process (one rank), restoring global state afterwards."""
-    parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
-    argv = ["--graphs", str(store), "--split", str(split), "--output", str(out)]
-    for o in (*COMMON, *overrides):
-        argv += ["--set", o]
-    if resume:
-        argv += ["--resume", resume]
-    handler, threads = signal.getsignal(signal.SIGTERM), torch.get_num_threads()
-    try:
-        return cli.run(parser.parse_args(argv))
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-        torch.set_num_threads(threads)
-        torch.set_default_dtype(torch.float32)
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +62,7 @@ def test_outputs(full_run):
     assert state["epoch"] == 2 and state["config"]["variant"] == "kernel"
 
 
+@pytest.mark.slow
 def test_eval_interval_skips_validations_only(data, tmp_path):
     """eval_interval=2 over 3 epochs validates after epochs 1 and 2 (the last), not 0: the same
     training and the same validation errors where both validate; the plateau scheduler steps
@@ -109,6 +86,7 @@ def test_eval_interval_skips_validations_only(data, tmp_path):
         assert torch.equal(tensor, states[1]["model"][name]), name
 
 
+@pytest.mark.slow
 def test_resume_continues_in_sampler_order(data, full_run, tmp_path):
     steps_per_epoch = json.loads((full_run / "summary.json").read_text())["steps_per_epoch"]
     stop_at = steps_per_epoch + 2  # inside the second epoch
@@ -137,6 +115,7 @@ def test_resume_continues_in_sampler_order(data, full_run, tmp_path):
     assert json.loads((full_run / "summary.json").read_text())["resumed_epochs"] == []
 
 
+@pytest.mark.slow
 def test_sigterm_writes_checkpoint_and_exits(data, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     args = [sys.executable, "-m", "cfmtrain.train", "--graphs", str(data[0]), "--split",
@@ -172,6 +151,7 @@ print(json.dumps({'energy': atoms.get_potential_energy(), 'forces': atoms.get_fo
 """
 
 
+@pytest.mark.slow
 def test_exported_model_runs_in_mace_calculator_without_cfmtrain(data, full_run, tmp_path):
     import ase.io
     from mace.tools.torch_geometric.dataloader import Collater

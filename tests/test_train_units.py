@@ -1,8 +1,7 @@
 """cfmtrain.train pieces against mace-torch in one process: config validation, AtomicData from the
 store, E0s/avg_num_neighbors/scale statistics, the loss, seeds, checkpoints, NaN errors.
 
-Also holds the helpers (a small EMT-labelled store, a tiny model config) the other
-tests/test_train_*.py files import.
+The small EMT-labelled store and the tiny model config come from tests/helpers.py.
 """
 
 from __future__ import annotations
@@ -14,9 +13,7 @@ import mace  # noqa: F401  (mace before e3nn)
 import numpy as np
 import pytest
 import torch
-from ase import Atoms
-from ase.build import bulk, molecule
-from ase.calculators.emt import EMT
+from helpers import CUTOFF, TINY, make_store
 from mace import modules
 from mace.data import AtomicData, config_from_atoms
 from mace.data.utils import KeySpecification, compute_average_E0s
@@ -24,62 +21,15 @@ from mace.tools import AtomicNumberTable
 from mace.tools.torch_geometric.dataloader import Collater
 
 from cfmtrain.batches.data import GraphDataset, nested_subset
-from cfmtrain.graphs.build import atoms_to_graph
-from cfmtrain.graphs.split import split_indices
-from cfmtrain.graphs.store import GraphStore, write_shard
+from cfmtrain.graphs.store import GraphStore
 from cfmtrain.train import config as config_mod
 from cfmtrain.train import model as model_mod
 from cfmtrain.train.build import load_parts
 from cfmtrain.train.loop import NonFiniteLossError, forward_backward
 from cfmtrain.train.loss import distributed_loss
 
-CUTOFF = 4.0
-TINY = ["model.hidden_irreps=8x0e+8x1o", "model.max_ell=2", "model.correlation=2",
-        "model.radial_mlp=[8, 8]", "model.num_bessel=4", "progress=false", "threads=1"]
 KEYS = KeySpecification(info_keys={"energy": "REF_energy", "stress": "REF_stress"},
                         arrays_keys={"forces": "REF_forces"})
-
-
-def emt_frames(n: int, seed: int = 0) -> list[Atoms]:
-    """Cu/Ni crystals, alloys (with stress) and non-periodic clusters (without), EMT-labelled."""
-    rng = np.random.default_rng(seed)
-    frames = []
-    for i in range(n):
-        kind = i % 3
-        if kind == 0:
-            atoms, subset = bulk("Cu", "fcc", a=3.6).repeat((1 + i % 2, 1, 1)), "bulk"
-        elif kind == 1:
-            atoms, subset = bulk("Ni", "fcc", a=3.52, cubic=True), "alloy"
-            atoms.numbers[rng.random(len(atoms)) < 0.5] = 29
-        else:
-            atoms, subset = molecule("CH4"), "cluster"
-            atoms.numbers[:] = [29, 28, 28, 28, 28]
-            atoms.positions *= 1.8
-        atoms.rattle(0.05, seed=seed * 1000 + i)
-        atoms.calc = EMT()
-        atoms.info["REF_energy"] = atoms.get_potential_energy()
-        atoms.arrays["REF_forces"] = atoms.get_forces()
-        if atoms.pbc.all():
-            atoms.info["REF_stress"] = atoms.get_stress(voigt=False)
-        atoms.info["config_type"] = subset
-        atoms.calc = None
-        frames.append(atoms)
-    return frames
-
-
-def make_store(folder: Path, n: int = 30, seed: int = 0) -> tuple[Path, Path, list[Atoms]]:
-    """A one-shard store of `n` EMT frames and its split; returns (store, split, frames)."""
-    frames = emt_frames(n, seed)
-    graphs = []
-    for i, atoms in enumerate(frames):
-        graph = atoms_to_graph(atoms, CUTOFF)
-        graph["source_index"] = i
-        graphs.append(graph)
-    folder.mkdir(parents=True, exist_ok=True)
-    write_shard(folder / "shard_0000.h5", graphs, cutoff=CUTOFF)
-    parts = split_indices(GraphStore(folder).subsets, (0.15, 0.15), 0)
-    np.savez(folder / "split.npz", seed=0, **parts)
-    return folder, folder / "split.npz", frames
 
 
 @pytest.fixture(scope="module")

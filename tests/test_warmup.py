@@ -4,7 +4,7 @@ own iteration, and a warm-up that leaves the run as it was and runs once per pro
 import numpy as np
 import pytest
 import torch
-from test_train_units import TINY
+from helpers import TINY
 
 from cfmtrain.balance import DistributedBinPackSampler
 from cfmtrain.dist.distenv import DistEnv

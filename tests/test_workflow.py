@@ -1,6 +1,8 @@
-"""The workflow lints clean; `all` plans every stage's rules and every target plans (dry run)
-for both configs; the schema describes every key and refuses unknown ones at any depth; data-set
-names are constrained and every config value reaches a command line quoted and exact."""
+"""`all` plans every stage's rules and every target plans the jobs its config implies (dry run)
+for both configs (that the workflow lints clean and every target plans at all is checked once
+by scripts/check_workflow.sh, a step of `make test`); the schema describes every key and refuses
+unknown ones at any depth; data-set names are constrained and every config value reaches a
+command line quoted and exact."""
 
 import argparse
 import shlex
@@ -23,12 +25,6 @@ TARGETS = ["all", "graphs", "stats", "balance", "benchmark", "ablation", "sweeps
 def snakemake(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=300)
-
-
-def test_lint():
-    result = snakemake("--lint")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "Congratulations" in result.stdout + result.stderr
 
 
 # what `all` runs: every stage (frames to figures); `download` only for downloaded sets and
@@ -64,6 +60,7 @@ def expected_counts(config_file: str) -> dict[str, int]:
             "train_cell": len(cells)}
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("config", ["config/config.yaml", "config/paper.yaml"])
 def test_dry_run_all_schedules_every_stage(config):
     # --forceall: plan every job even where an earlier run left results in the work tree
@@ -79,6 +76,7 @@ def test_dry_run_all_schedules_every_stage(config):
         assert generate and all("--workers 2" in line for line in generate), generate
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("config", ["config/config.yaml", "config/paper.yaml"])
 def test_dry_run_every_other_target(config):
     others = [t for t in TARGETS if t != "all"]
@@ -94,6 +92,7 @@ def test_dry_run_every_other_target(config):
         ALL_RULES - {"all"} | set(others))
 
 
+@pytest.mark.workflow
 def test_matrix_cells_run_group_by_group():
     """Snakemake starts the training cells by priority: the matrix's (data set, ranks) groups one
     after another, each group's variants in the matrix's order, all before the untimed jobs
@@ -130,6 +129,7 @@ def _bad_config(tmp_path: Path, edit) -> Path:
     return bad
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("key, edit", [
     ("cutof", lambda c: c.update(cutof=5.0)),
     ("epochz", lambda c: c["train"].update(epochz=3)),  # nested: inside `train`
@@ -144,6 +144,7 @@ def test_unknown_config_key_is_refused(tmp_path, key, edit):
     assert f"'{key}' was unexpected" in result.stdout + result.stderr
 
 
+@pytest.mark.workflow
 def test_manual_set_without_path_is_refused(tmp_path):
     def edit(config):
         config["datasets"]["cuni"] = {"kind": "manual"}
@@ -154,6 +155,7 @@ def test_manual_set_without_path_is_refused(tmp_path):
     assert "'path' is a required property" in result.stdout + result.stderr
 
 
+@pytest.mark.workflow
 def test_settings_and_split_out_of_range_are_refused_by_the_dry_run(tmp_path):
     def zero_batch(config):
         config["train"]["settings"]["batch"] = {"valid_graphs_per_batch": 0}
@@ -169,6 +171,7 @@ def test_settings_and_split_out_of_range_are_refused_by_the_dry_run(tmp_path):
     assert "valid (0.5) + test (0.5) must be < 1" in result.stdout + result.stderr
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("name", ["x;touch /tmp/cfmtrain-pwned;y", "../outside", "a..b"])
 def test_a_data_set_name_that_is_not_a_plain_word_is_refused(tmp_path, name):
     def edit(config):
@@ -188,6 +191,7 @@ ODD_MODEL = "/models/$(hostname) 1.model"
 SMALL_FLOATS = "train:\n  settings:\n    optim: {lr: 1e-4, weight_decay: 5e-07, gamma: 1.0e-1}\n"
 
 
+@pytest.mark.workflow
 def test_config_values_reach_each_command_line_exactly(tmp_path):
     def edit(config):
         config["datasets"]["odd"] = {"kind": "manual", "path": ODD_PATH, "registry": "mptrj",
@@ -252,6 +256,7 @@ def test_every_schema_key_has_a_description_and_a_default():
             assert "Default - " in text, f"{key}: no default and none described"
 
 
+@pytest.mark.workflow
 def test_local_profile_runs_every_timed_job_alone():
     """Under profiles/local each job of `all` that times something (benchmarks, sweeps, training
     cells) takes the profile's whole `machine` limit, so Snakemake starts nothing beside it,
