@@ -252,7 +252,8 @@ def test_bench_loader_on_a_tiny_store(union, tmp_path):
     assert list(table.columns) == [
         "method", "graphs", "batches", "graphs_per_batch", "atoms", "edges", "repeats",
         "median_s", "graphs_per_s", "graphs_per_s_min", "graphs_per_s_max", "identical_to_mace",
-        "vs_mace", "source"]
+        "vs_mace", "ratio_median", "ratio_p10", "ratio_p90", "rounds", "source"]
+    assert (table.vs_mace == table.ratio_median).all() and (table.rounds == 1).all()
     assert len(table) == 3 and table.identical_to_mace.all() and (table.graphs == 6).all()
     assert (table.graphs_per_s > 0).all()
     assert not table.method.str.contains("before").any()  # the former path: full preset only

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import collections
 import tempfile
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from cfmtrain.batches.store_arrays import StoreArrays
 from cfmtrain.bench.table import report
 from cfmtrain.graphs.build import build_graphs
 from cfmtrain.graphs.store import GraphStore, write_shard
+from cfmtrain.measure.paired import Ratio, run_rounds
 from cfmtrain.paper import CAPACITY, CUTOFF
 from cfmtrain.sources.mini import iter_mini_frames
 from cfmtrain.train.model import store_elements
@@ -78,30 +78,33 @@ def methods(dataset, batches: list[list[int]], former: bool = True
 
 def measure(dataset, graphs_per_batch: int, repeats: int, seed: int = 0,
             former: bool = True) -> list[dict]:
-    """One row per method: graphs/s over `repeats` passes (median, min, max), methods
-    alternating within each pass so that a change of load affects all alike."""
+    """One row per method: graphs/s over `repeats` passes (median, min, max), the methods run
+    in paired rounds (cfmtrain.measure.paired: each once per round, shuffled); `vs_mace` is
+    the median of the per-round speed-ups against mace-torch's DataLoader, with its range."""
     batches = make_batches(len(dataset), graphs_per_batch, seed)
     runs = methods(dataset, batches, former)
     reference = list(runs[MACE]())
     identical = {name: all(not batch_differences(a, b) for a, b in
                            zip(fn(), reference, strict=True)) for name, fn in runs.items()}
-    seconds: dict[str, list[float]] = collections.defaultdict(list)
-    for _ in range(repeats):
-        for name, fn in runs.items():
-            start = time.perf_counter()
-            for _batch in fn():
-                pass
-            seconds[name].append(time.perf_counter() - start)
+
+    def consume(fn: Callable[[], Iterable]) -> Callable[[], None]:
+        def run() -> None:
+            collections.deque(fn(), maxlen=0)
+        return run
+
+    rounds = run_rounds({name: consume(fn) for name, fn in runs.items()}, repeats, seed)
     n = len(dataset)
-    rows = [{"method": name, "graphs": n, "batches": len(batches),
-             "graphs_per_batch": graphs_per_batch, "atoms": int(dataset.num_atoms.sum()),
-             "edges": int(dataset.num_edges.sum()), "repeats": repeats,
-             "median_s": float(np.median(t)), "graphs_per_s": n / float(np.median(t)),
-             "graphs_per_s_min": n / max(t), "graphs_per_s_max": n / min(t),
-             "identical_to_mace": identical[name]} for name, t in seconds.items()]
-    mace_rate = next(r["graphs_per_s"] for r in rows if r["method"] == MACE)
-    for row in rows:
-        row["vs_mace"] = row["graphs_per_s"] / mace_rate
+    rows = []
+    for name in runs:
+        t = rounds.times(name)
+        ratio = rounds.ratio(MACE, name) if name != MACE else Ratio.of(np.ones(repeats))
+        rows.append({"method": name, "graphs": n, "batches": len(batches),
+                     "graphs_per_batch": graphs_per_batch, "atoms": int(dataset.num_atoms.sum()),
+                     "edges": int(dataset.num_edges.sum()), "repeats": repeats,
+                     "median_s": float(np.median(t)), "graphs_per_s": n / float(np.median(t)),
+                     "graphs_per_s_min": n / max(t), "graphs_per_s_max": n / min(t),
+                     "identical_to_mace": identical[name], "vs_mace": ratio.median,
+                     **ratio.columns()})
     return rows
 
 
@@ -159,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
                 for row in measure(dataset, size, repeats, former=preset["former"])]
     output = args.output or Path(f"results/bench/loader_{args.preset}.csv")
     frame = report(rows, output, f"Batch assembly on one core, {len(dataset)} graphs of {source},"
-                                 f" {args.dtype} (graphs/s: median of {repeats} passes)")
+                                 f" {args.dtype} (graphs/s: median of {repeats} paired rounds)")
     for r in frame[frame.method == OURS].itertuples():
         print(f"goal: {r.graphs_per_batch} graphs/batch: ours {r.vs_mace:.1f}x mace-torch's "
               f"in-memory DataLoader (goal >= {GOAL:g}x), identical batches: "
