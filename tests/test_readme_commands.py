@@ -1,8 +1,8 @@
 """Every command in README.md's bash blocks is one that a test or CI exercises: `make` (CI runs
 `make test`), `snakemake` (planned here as written with the default config, and with their own
-configs by tests/test_own_files.py), `python -m pytest` of test files that exist, and
-`cfmtrain bench` and `cfmtrain figure` lines read by the command's own argument parser, and
-`cfmtrain goals` lines run as written on a results folder of known cells."""
+configs by tests/test_own_files.py), `python -m pytest` of test files that exist; and in
+README.md and docs/*.md, `cfmtrain bench` and `cfmtrain figure` lines read by the command's own
+argument parser, and `cfmtrain goals` lines run as written on a results folder of known cells."""
 
 from __future__ import annotations
 
@@ -22,12 +22,16 @@ from cfmtrain.plots import cli as figure_cli
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def readme_commands() -> list[str]:
-    """The command lines of README.md's ```bash blocks, comments dropped."""
-    text = (ROOT / "README.md").read_text()
+def readme_commands(pages: tuple[str, ...] = ("README.md",)) -> list[str]:
+    """The command lines of the pages' ```bash blocks, comments dropped."""
+    text = "\n".join((ROOT / page).read_text() for page in pages)
     lines = [line.split("#")[0].strip() for block in re.findall(r"```bash\n(.*?)```", text, re.S)
              for line in block.splitlines()]
     return [line for line in lines if line]
+
+
+# README.md and every docs page: their bench, figure and goals lines are run or parsed here
+PAGES = ("README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")))
 
 
 def test_readme_has_commands_of_known_kinds():
@@ -38,7 +42,7 @@ def test_readme_has_commands_of_known_kinds():
     assert [c for c in commands if not c.startswith(kinds)] == []
 
 
-@pytest.mark.parametrize("command", [c for c in readme_commands()
+@pytest.mark.parametrize("command", [c for c in readme_commands(PAGES)
                                      if c.startswith("cfmtrain bench ")])
 def test_readme_bench_commands_parse(command):
     words = shlex.split(command)
@@ -55,7 +59,7 @@ def test_readme_pytest_commands_name_existing_tests():
     assert files and all((ROOT / f).is_file() for f in files), files
 
 
-@pytest.mark.parametrize("command", [c for c in readme_commands()
+@pytest.mark.parametrize("command", [c for c in readme_commands(PAGES)
                                      if c.startswith("cfmtrain figure ")])
 def test_readme_figure_commands_parse(command):
     parser = argparse.ArgumentParser(exit_on_error=False)
@@ -75,7 +79,7 @@ def test_readme_snakemake_commands_plan(command):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("command", [c for c in readme_commands()
+@pytest.mark.parametrize("command", [c for c in readme_commands(PAGES)
                                      if c.startswith("cfmtrain goals ")])
 def test_readme_goals_commands_run(command, tmp_path):
     """The line as written, in a folder whose `results` holds one run's cells that meet the

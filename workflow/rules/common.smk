@@ -13,7 +13,7 @@ from snakemake.utils import validate
 
 from cfmtrain.config_check import check_workflow_config
 from cfmtrain.paper import VARIANTS
-from cfmtrain.train.config import ConfigError
+from cfmtrain.train.config import ConfigError, typed_settings
 
 SCHEMA = Path(workflow.basedir, "workflow/schemas/config.schema.yaml")
 # a YAML 1.2 number that PyYAML (YAML 1.1, Snakemake's reader) may leave as text: 1e-4, 5e-07
@@ -43,6 +43,7 @@ validate(config, schema=str(SCHEMA))
 try:
     check_workflow_config(config, library_checks=workflow.is_main_process,
                           passed=Path(".snakemake/cfmtrain-checked"))
+    config["train"]["settings"] = typed_settings(config["train"]["settings"])
 except ConfigError as err:
     raise ValueError(str(err)) from None
 

@@ -360,3 +360,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (),
 def to_dict(cfg: TrainConfig) -> dict:
     """Plain nested dict (str, int, float, bool, None, lists) for checkpoints and results."""
     return dataclasses.asdict(cfg)
+
+
+def typed_settings(settings: dict) -> dict:
+    """`settings` (config keys as a workflow config gives them, nested) with each value as its
+    key's declared type reads it: YAML 1.2 number text that PyYAML leaves as a string (1e-4,
+    5e-07) becomes the float it is. Errors name the key (load_config)."""
+    cfg = load_config(base=settings)
+
+    def typed(node: dict, obj: object) -> dict:
+        return {k: typed(v, getattr(obj, k))
+                if isinstance(v, dict) and dataclasses.is_dataclass(getattr(obj, k))
+                else getattr(obj, k) for k, v in node.items()}
+
+    return typed(settings, cfg)
