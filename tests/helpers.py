@@ -91,11 +91,14 @@ def make_store(folder: Path, n: int = 30, seed: int = 0) -> tuple[Path, Path, li
     return folder, folder / "split.npz", frames
 
 
-def train(store: Path, split: Path, out: Path, *overrides: str, resume: str | None = None) -> int:
-    """`cfmtrain train` in this process (one rank), restoring global state afterwards."""
+def train(store: Path, split: Path, out: Path, *overrides: str, resume: str | None = None,
+          cutoff: float | None = None) -> int:
+    """`cfmtrain train` in this process (one rank), restoring global state afterwards;
+    `cutoff` is passed as --cutoff (the one the graphs must have been built at)."""
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
-    argv = ["--graphs", str(store), "--split", str(split), "--output", str(out)]
+    argv = ["--graphs", str(store), "--split", str(split), "--output", str(out),
+            *(["--cutoff", str(cutoff)] if cutoff else [])]
     for o in (*COMMON, *overrides):
         argv += ["--set", o]
     if resume:

@@ -5,23 +5,21 @@ data are refused or started afresh, saying why; a corrupt split names its file."
 
 from __future__ import annotations
 
-import argparse
 import json
-import signal
 import zipfile
 from pathlib import Path
 
 import ase.io
+import helpers
 import pytest
 import torch
-from helpers import COMMON, emt_frames
+from helpers import emt_frames
 
 from cfmtrain.cli import main
 from cfmtrain.graphs.build import build_shard
 from cfmtrain.graphs.split import SplitError, read_split
 from cfmtrain.graphs.store import GraphStore, ShardError
 from cfmtrain.shards.convert import convert
-from cfmtrain.train import cli
 
 CUTOFF = 4.0
 
@@ -48,20 +46,8 @@ def split(graphs: Path, out: Path, *extra: str) -> Path:
 
 def train(graphs: Path, split_path: Path, out: Path, *extra: str, resume: str | None = None,
           cutoff: float | None = CUTOFF) -> int:
-    parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
-    argv = ["--graphs", str(graphs), "--split", str(split_path), "--output", str(out),
-            *(["--cutoff", str(cutoff)] if cutoff else []), *(["--resume", resume] if resume
-                                                              else [])]
-    for o in (*COMMON, "variant=baseline", "epochs=1", *extra):
-        argv += ["--set", o]
-    handler, threads = signal.getsignal(signal.SIGTERM), torch.get_num_threads()
-    try:
-        return cli.run(parser.parse_args(argv))
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-        torch.set_num_threads(threads)
-        torch.set_default_dtype(torch.float32)
+    return helpers.train(graphs, split_path, out, "variant=baseline", "epochs=1", *extra,
+                         resume=resume, cutoff=cutoff)
 
 
 def shifted(frames: list, by: float) -> list:

@@ -61,8 +61,9 @@ class Recorder:
                 return
             if self.epoch_rows and int(self.epoch_rows[-1]["epoch"]) != rows[0].epoch:
                 self.epoch_rows = []
-            self.epoch_rows += [r.row() for r in rows]
-            summary.append_rows(self.out / "steps.csv", STEP_FIELDS, [r.row() for r in rows])
+            new = [r.row() for r in rows]
+            self.epoch_rows += new
+            summary.append_rows(self.out / "steps.csv", STEP_FIELDS, new)
 
     def all_steps(self) -> list[dict]:
         """Every row of steps.csv (read once, at the end of a run; rank 0 only)."""
