@@ -37,6 +37,7 @@ from cfmtrain.graphs import provenance
 FORMAT_VERSION = 2  # 2: Fletcher-32 on every dataset, manifest, int8/int16/int32 shifts
 LIBVER = ("v110", "v110")  # checksummed metadata; readable by HDF5 >= 1.10
 CHUNK_BYTES = 1 << 16  # target chunk size: a per-graph read decodes little beyond its rows
+BLOCK_EDGES = 1 << 20  # edges a shard writer holds before appending them (bounds its memory)
 CHECK_EDGES = 1 << 23  # edges checked per block at open (bounded memory: 64 MiB of indices)
 VERIFIED_SUFFIX = ".verified"  # the edge check's stamp beside a shard (module docstring)
 ATOM_FIELDS = {"positions": np.float64, "numbers": np.uint8, "forces": np.float64}
@@ -79,54 +80,52 @@ def open_shard(path: str | os.PathLike) -> h5py.File:
 
 
 def write_shard(path: str | os.PathLike, graphs: Iterable[dict], *, cutoff: float,
-                attrs: dict | None = None) -> int:
+                attrs: dict | None = None, block_edges: int = BLOCK_EDGES) -> int:
     """Write graphs (dicts with the GraphStore fields plus `subset` name and `source_index`) to
-    one HDF5 shard atomically; returns the number of graphs written."""
-    columns = _collect(graphs)
-    num_atoms, num_edges = columns.pop("num_atoms"), columns.pop("num_edges")
-    shifts = columns["unit_shifts"]
-    largest = max((int(np.abs(p).max()) for p in shifts if p.dtype != np.int8 and p.size),
-                  default=0)
-    try:
-        shifts_type = shift_dtype(largest)
-    except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
-    manifest = {"graphs": len(num_atoms), "atoms": int(sum(num_atoms)),
-                "edges": int(sum(num_edges)), "unit_shifts": np.dtype(shifts_type).name}
+    one HDF5 shard atomically; returns the number of graphs written.
+
+    The graphs are appended in blocks of about `block_edges` edges, so the writer holds one
+    block, not the shard: its memory is bounded whatever the shard's size."""
+    subset_names: dict[str, int] = {}
+    table: dict[str, list] = {"num_atoms": [], "num_edges": [], "subsets": []}
     with atomic_path(path) as tmp, h5py.File(tmp, "w", libver=LIBVER) as f:
-        f.attrs.update({"format_version": FORMAT_VERSION, "cutoff": cutoff,
-                        "subset_names": json.dumps(columns.pop("subset_names")),
-                        "manifest": json.dumps(manifest), **(attrs or {})})
-        _dataset(f, "num_atoms", np.asarray(num_atoms, np.int64))
-        _dataset(f, "num_edges", np.asarray(num_edges, np.int64))
-        _dataset(f, "subsets", np.asarray(columns.pop("subsets"), np.int16))
+        f.attrs.update({"format_version": FORMAT_VERSION, "cutoff": cutoff, **(attrs or {})})
+        block: list[dict] = []
+        edges = 0
+        for g in graphs:
+            block.append(g)
+            edges += g["edge_index"].shape[1]
+            if edges >= block_edges:
+                _append_block(path, f, _collect(block, subset_names), table)
+                block, edges = [], 0
+        _append_block(path, f, _collect(block, subset_names), table)
+        num_atoms = np.asarray(table["num_atoms"], np.int64)
+        num_edges = np.asarray(table["num_edges"], np.int64)
+        _dataset(f, "num_atoms", num_atoms)
+        _dataset(f, "num_edges", num_edges)
+        _dataset(f, "subsets", np.asarray(table["subsets"], np.int16))
         for name, counts in (("atom_offsets", num_atoms), ("edge_offsets", num_edges)):
             _dataset(f, name, np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]))
-        for k, dtype in ATOM_FIELDS.items():
-            _dataset(f, k, _concat(columns[k], dtype, (0, 3) if k != "numbers" else (0,)))
-        _dataset(f, "unit_shifts", _concat(shifts, shifts_type, (0, 3)))
-        edges = np.empty((2, manifest["edges"]), np.int32)
-        for row, parts in enumerate((columns["senders"], columns["receivers"])):
-            if parts:
-                np.concatenate(parts, out=edges[row], casting="unsafe")
-        _dataset(f, "edge_index", edges, axis=1)
-        for k, (dtype, shape) in GRAPH_FIELDS.items():
-            _dataset(f, k, np.asarray(columns[k], dtype=dtype).reshape((len(num_atoms), *shape)))
+        manifest = {"graphs": len(num_atoms), "atoms": int(num_atoms.sum()),
+                    "edges": int(num_edges.sum()),
+                    "unit_shifts": f["unit_shifts"].dtype.name}
+        f.attrs.update({"subset_names": json.dumps(list(subset_names)),
+                        "manifest": json.dumps(manifest)})
     return len(num_atoms)
 
 
 _NO_STRESS = np.zeros((3, 3))
 
 
-def _collect(graphs: Iterable[dict]) -> dict[str, list]:
-    """The graphs' arrays as lists of parts per stored field (one pass, plain list appends)."""
+def _collect(graphs: list[dict], subset_names: dict[str, int]) -> dict[str, list]:
+    """The graphs' arrays as lists of parts per stored field (one pass, plain list appends);
+    subset names get ids in `subset_names` (shared over a shard's blocks)."""
     names = ("positions", "numbers", "forces", "unit_shifts", "senders", "receivers", "cell",
              "pbc", "energy", "stress", "has_stress", "source_index", "num_atoms", "num_edges",
              "subsets")
     columns: dict[str, list] = {k: [] for k in names}
     (positions, numbers, forces, shifts, senders, receivers, cells, pbcs, energies, stresses,
      has_stress, source_index, num_atoms, num_edges, subsets) = columns.values()
-    subset_names: dict[str, int] = {}
     for g in graphs:
         positions.append(g["positions"])
         numbers.append(g["numbers"])
@@ -145,13 +144,71 @@ def _collect(graphs: Iterable[dict]) -> dict[str, list]:
         num_atoms.append(len(g["numbers"]))
         num_edges.append(edge_index.shape[1])
         subsets.append(subset_names.setdefault(g["subset"], len(subset_names)))
-    columns["subset_names"] = list(subset_names)
     return columns
+
+
+def _append_block(path: str | os.PathLike, f: h5py.File, columns: dict[str, list],
+                  table: dict[str, list]) -> None:
+    """Append one block's columns to the shard's datasets (created by the first block)."""
+    for k in table:
+        table[k].extend(columns[k])
+    graphs = len(columns["num_atoms"])
+    for k, dtype in ATOM_FIELDS.items():
+        _append(f, k, _concat(columns[k], dtype, (0, 3) if k != "numbers" else (0,)))
+    edges = np.empty((2, sum(columns["num_edges"])), np.int32)
+    for row, parts in enumerate((columns["senders"], columns["receivers"])):
+        if parts:
+            np.concatenate(parts, out=edges[row], casting="unsafe")
+    _append(f, "edge_index", edges, axis=1)
+    _append_shifts(path, f, columns["unit_shifts"])
+    for k, (dtype, shape) in GRAPH_FIELDS.items():
+        _append(f, k, np.asarray(columns[k], dtype=dtype).reshape((graphs, *shape)))
+
+
+def _append_shifts(path: str | os.PathLike, f: h5py.File, parts: list[np.ndarray]) -> None:
+    """Append unit shifts in the narrowest type that holds every shift of the shard so far:
+    a block that needs a wider type rewrites the (small) dataset once in it."""
+    largest = max((int(np.abs(p).max()) for p in parts if p.dtype != np.int8 and p.size),
+                  default=0)
+    try:
+        needed = np.dtype(shift_dtype(largest))
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+    if "unit_shifts" in f and f["unit_shifts"].dtype.itemsize < needed.itemsize:
+        written = f["unit_shifts"][:]
+        del f["unit_shifts"]
+        _append(f, "unit_shifts", written.astype(needed))
+    stored = f["unit_shifts"].dtype if "unit_shifts" in f else needed
+    _append(f, "unit_shifts", _concat(parts, stored, (0, 3)))
 
 
 def _concat(parts: list, dtype: type, empty_shape: tuple) -> np.ndarray:
     return (np.concatenate(parts, dtype=dtype, casting="unsafe") if parts
             else np.zeros(empty_shape, dtype))
+
+
+def _chunks(data: np.ndarray, axis: int) -> tuple[int, ...]:
+    """About CHUNK_BYTES a chunk along `axis`."""
+    row = [n for i, n in enumerate(data.shape) if i != axis]
+    chunks = list(data.shape)
+    chunks[axis] = max(1, CHUNK_BYTES // (data.dtype.itemsize * max(1, int(np.prod(row)))))
+    return tuple(chunks)
+
+
+def _append(f: h5py.File, name: str, data: np.ndarray, axis: int = 0) -> None:
+    """Append `data` along `axis` to the resizable dataset `name` (created with about
+    CHUNK_BYTES a chunk and Fletcher-32 checksums on first use)."""
+    if name not in f:
+        maxshape = list(data.shape)
+        maxshape[axis] = None
+        f.create_dataset(name, data=data, chunks=_chunks(data, axis), maxshape=tuple(maxshape),
+                         fletcher32=True)
+        return
+    d = f[name]
+    at = d.shape[axis]
+    d.resize(at + data.shape[axis], axis=axis)
+    if data.shape[axis]:
+        d[(slice(None),) * axis + (slice(at, None),)] = data
 
 
 def _dataset(f: h5py.File, name: str, data: np.ndarray, axis: int = 0) -> None:
