@@ -157,9 +157,11 @@ def frames_command(wildcards, output, threads):
                        "--e0s", own_e0s_argument(cfg.get("e0s", "fit")),
                        *(["--skip-invalid"] if config["skip_invalid"] else []))
     if cfg["kind"] == "generated":
-        return command("python", "-m", "cfmtrain", "generate", "--output-dir", output[0],
-                       "--num-shards", shards, "--scale", cfg["scale"], "--seed", cfg["seed"],
-                       "--workers", threads)
+        size = (["--graphs", cfg["graphs"]] if cfg["preset"] == "crystals"
+                else ["--scale", cfg["scale"]])
+        return command("python", "-m", "cfmtrain", "generate", "--preset", cfg["preset"],
+                       "--output-dir", output[0], "--num-shards", shards, *size,
+                       "--seed", cfg["seed"], "--workers", threads)
     source = (f"results/downloads/{wildcards.dataset}" if cfg["kind"] == "download"
               else cfg["path"])
     words = ["python", "-m", "cfmtrain", "convert", cfg.get("registry", wildcards.dataset),

@@ -28,6 +28,7 @@ from cfmtrain.digest import file_digest
 from cfmtrain.frames.extxyz import mace_frame, write_shards
 from cfmtrain.frames.labels import CONFIG_TYPE_KEY
 from cfmtrain.paper import TABLE3, TABLE3_GRAPHS
+from cfmtrain.sources import crystals
 from cfmtrain.sources.mini_structures import BUILDERS, TIP3P_RC, closest_contact
 
 GENERATOR_VERSION = "1"
@@ -204,18 +205,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"multiplies the frame counts (1 = about {DEFAULT_GRAPHS} graphs)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--workers", type=int, default=1, help="processes (default 1)")
+    parser.add_argument("--preset", choices=("mini", crystals.PRESET), default="mini",
+                        help="mini: the eight subsets of Table 3 (EMT, TIP3P); crystals: an "
+                        "MPtrj-like set of --graphs periodic crystals (Morse labels)")
+    parser.add_argument("--graphs", type=int, help="frames of the crystals preset")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Generate `mini` and print one line per shard."""
+    """Generate the preset's frames and print one line per shard."""
     try:
-        manifest = generate_mini(args.output_dir, args.scale, args.seed, args.num_shards,
-                                 args.workers, progress=True)
+        if args.preset == crystals.PRESET:
+            if args.graphs is None:
+                raise ValueError("the crystals preset needs --graphs (its number of frames)")
+            manifest = crystals.generate_crystals(args.output_dir, args.graphs, args.seed,
+                                                  args.num_shards, args.workers)
+        elif args.graphs is not None:
+            raise ValueError("--graphs is for the crystals preset; mini's size is --scale")
+        else:
+            manifest = generate_mini(args.output_dir, args.scale, args.seed, args.num_shards,
+                                     args.workers, progress=True)
     except ValueError as err:
         print(f"cfmtrain generate: {err}", file=sys.stderr)
         return 2
     for shard in manifest["shards"]:
         print(f"{args.output_dir / shard['file']}: {shard['frames']} frames")
-    print(f"mini: {manifest['total_frames']} frames, seed {manifest['seed']}, "
-          f"scale {manifest['scale']}: {manifest['frames_per_subset']}")
+    print(f"{args.preset}: {manifest['total_frames']} frames, seed {manifest['seed']}"
+          + (f", scale {manifest['scale']}" if "scale" in manifest else "")
+          + f": {manifest['frames_per_subset']}")
     return 0
