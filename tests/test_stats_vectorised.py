@@ -68,13 +68,17 @@ def graph_by_graph(store: GraphStore, indices) -> np.ndarray:
 
 @pytest.mark.parametrize("pick", ["all", "every_other", "scattered"])
 @pytest.mark.parametrize("max_items", [1, 40, 1 << 23])  # blocks of one graph up to whole shards
-def test_block_sums_equal_graph_by_graph(store, monkeypatch, pick, max_items):
+@pytest.mark.parametrize("receivers", ["stored", "from_edges"])  # a shard without the counts
+def test_block_sums_equal_graph_by_graph(store, monkeypatch, pick, max_items, receivers):
     everything = np.arange(len(store))
     indices = {"all": everything, "every_other": everything[1::2],
                "scattered": np.random.default_rng(0).permutation(everything)[:17]}[pick]
     real = GraphStore.graph_blocks
     monkeypatch.setattr(GraphStore, "graph_blocks",
                         lambda self, i, f: real(self, i, f, max_items=max_items))
+    assert store.num_receivers is not None
+    if receivers == "from_edges":
+        monkeypatch.setattr(store, "num_receivers", None)
     np.testing.assert_allclose(_stat_sums(store, indices), graph_by_graph(store, indices),
                                rtol=1e-12, atol=1e-9)
 

@@ -179,3 +179,29 @@ def test_shift_beyond_int8_is_widened_not_wrapped(tmp_path):
     with pytest.raises(ValueError, match="shard_0001.h5: unit shift 2147483648 beyond int32"):
         write_shard(tmp_path / "shard_0001.h5", [graph], cutoff=CUTOFF)
     assert not (tmp_path / "shard_0001.h5").exists()
+
+
+def test_blocks_write_the_same_shard_as_one_block(tmp_path):
+    frames = sample_frames() * 3
+    write_shard(tmp_path / "one" / "shard_0000.h5", graphs_of(frames), cutoff=CUTOFF)
+    write_shard(tmp_path / "blocks" / "shard_0000.h5", graphs_of(frames), cutoff=CUTOFF,
+                block_edges=40)
+    one, blocks = GraphStore(tmp_path / "one"), GraphStore(tmp_path / "blocks")
+    assert len(one) == len(blocks) == len(frames)
+    for i, atoms in enumerate(frames):
+        assert_graph_equal(blocks[i], atoms)
+        for key, value in one[i].items():
+            np.testing.assert_array_equal(blocks[i][key], value, err_msg=key)
+
+
+def test_a_later_block_widens_the_shifts_of_earlier_ones(tmp_path):
+    import h5py
+
+    graphs = list(graphs_of(sample_frames()))
+    wide = dict(graphs[0], unit_shifts=np.full_like(graphs[0]["unit_shifts"], 300, np.int32))
+    write_shard(tmp_path / "shard_0000.h5", [*graphs, wide], cutoff=CUTOFF, block_edges=1)
+    with h5py.File(tmp_path / "shard_0000.h5") as f:
+        assert f["unit_shifts"].dtype == np.int16
+    store = GraphStore(tmp_path)
+    for i, graph in enumerate([*graphs, wide]):
+        np.testing.assert_array_equal(store[i]["unit_shifts"], graph["unit_shifts"])

@@ -87,7 +87,8 @@ def write_shard(path: str | os.PathLike, graphs: Iterable[dict], *, cutoff: floa
     The graphs are appended in blocks of about `block_edges` edges, so the writer holds one
     block, not the shard: its memory is bounded whatever the shard's size."""
     subset_names: dict[str, int] = {}
-    table: dict[str, list] = {"num_atoms": [], "num_edges": [], "subsets": []}
+    table: dict[str, list] = {"num_atoms": [], "num_edges": [], "num_receivers": [],
+                              "subsets": []}
     with atomic_path(path) as tmp, h5py.File(tmp, "w", libver=LIBVER) as f:
         f.attrs.update({"format_version": FORMAT_VERSION, "cutoff": cutoff, **(attrs or {})})
         block: list[dict] = []
@@ -103,6 +104,7 @@ def write_shard(path: str | os.PathLike, graphs: Iterable[dict], *, cutoff: floa
         num_edges = np.asarray(table["num_edges"], np.int64)
         _dataset(f, "num_atoms", num_atoms)
         _dataset(f, "num_edges", num_edges)
+        _dataset(f, "num_receivers", np.asarray(table["num_receivers"], np.int64))
         _dataset(f, "subsets", np.asarray(table["subsets"], np.int16))
         for name, counts in (("atom_offsets", num_atoms), ("edge_offsets", num_edges)):
             _dataset(f, name, np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]))
@@ -122,10 +124,10 @@ def _collect(graphs: list[dict], subset_names: dict[str, int]) -> dict[str, list
     subset names get ids in `subset_names` (shared over a shard's blocks)."""
     names = ("positions", "numbers", "forces", "unit_shifts", "senders", "receivers", "cell",
              "pbc", "energy", "stress", "has_stress", "source_index", "num_atoms", "num_edges",
-             "subsets")
+             "num_receivers", "subsets")
     columns: dict[str, list] = {k: [] for k in names}
     (positions, numbers, forces, shifts, senders, receivers, cells, pbcs, energies, stresses,
-     has_stress, source_index, num_atoms, num_edges, subsets) = columns.values()
+     has_stress, source_index, num_atoms, num_edges, num_receivers, subsets) = columns.values()
     for g in graphs:
         positions.append(g["positions"])
         numbers.append(g["numbers"])
@@ -143,6 +145,8 @@ def _collect(graphs: list[dict], subset_names: dict[str, int]) -> dict[str, list
         source_index.append(g["source_index"])
         num_atoms.append(len(g["numbers"]))
         num_edges.append(edge_index.shape[1])
+        # atoms with an incoming edge: the statistics' neighbour count needs no edge read
+        num_receivers.append(len(np.unique(edge_index[1])))
         subsets.append(subset_names.setdefault(g["subset"], len(subset_names)))
     return columns
 
@@ -251,10 +255,11 @@ def read_table(path: str | os.PathLike, f: h5py.File, check_edges: bool = True
         manifest = json.loads(f.attrs["manifest"])
         graphs, atoms, edges = (int(manifest[k]) for k in ("graphs", "atoms", "edges"))
         table = {k: f[k][:] for k in ("num_atoms", "num_edges", "subsets", "atom_offsets",
-                                      "edge_offsets")}
+                                      "edge_offsets", "num_receivers") if k in f}
         shapes = {k: f[k].shape for k in f}
         shift_type = f["unit_shifts"].dtype
     expected = {"num_atoms": (graphs,), "num_edges": (graphs,), "subsets": (graphs,),
+                **({"num_receivers": (graphs,)} if "num_receivers" in table else {}),
                 "atom_offsets": (graphs + 1,), "edge_offsets": (graphs + 1,),
                 "positions": (atoms, 3), "numbers": (atoms,), "forces": (atoms, 3),
                 "edge_index": (2, edges), "unit_shifts": (edges, 3),
@@ -356,7 +361,7 @@ class GraphStore:
         self.shard_ids: list[str] = []
         self.origins: list[dict | None] = []  # per shard: its recorded provenance, if any
         names: list[str] = []
-        atoms, edges, subsets = [], [], []
+        atoms, edges, subsets, receivers = [], [], [], []
         self._atom_offsets, self._edge_offsets = [], []
         self.cutoff: float | None = None
         for file in self.files:
@@ -374,12 +379,16 @@ class GraphStore:
             remap = np.array([names.index(n) for n in local] or [0], np.int16)
             atoms.append(table["num_atoms"])
             edges.append(table["num_edges"])
+            receivers.append(table.get("num_receivers"))
             subsets.append(remap[table["subsets"]] if len(local) else table["subsets"])
             self._atom_offsets.append(table["atom_offsets"])
             self._edge_offsets.append(table["edge_offsets"])
         self.subset_names = names
         self.num_atoms = np.concatenate(atoms)
         self.num_edges = np.concatenate(edges)
+        # atoms with an incoming edge per graph (None if a shard predates the count)
+        self.num_receivers = (None if any(r is None for r in receivers)
+                              else np.concatenate(receivers))
         self.subsets = np.concatenate(subsets)
         self._starts = np.concatenate([[0], np.cumsum([len(a) for a in atoms])])
         self._handles: dict[int, h5py.File] = {}
@@ -424,7 +433,8 @@ class GraphStore:
         """The fields of the graphs `indices` (unique) read in contiguous blocks, shard by
         shard: yields (positions of the selected graphs within the block, arrays), the arrays
         holding each field over the block's whole range of graphs (per-atom and per-edge fields
-        concatenated, edge_index along axis 1) and its `num_atoms` and `num_edges`. A block
+        concatenated, edge_index along axis 1), its `num_atoms` and `num_edges`, and `first`,
+        the store index of its first graph. A block
         spans about `max_items` atoms plus edges (one graph at least): bounded memory, few
         large reads instead of one per graph."""
         indices = np.unique(np.asarray(indices, dtype=np.int64))
@@ -442,7 +452,8 @@ class GraphStore:
                 last = int(local[stop - 1]) + 1
                 a0, a1 = int(atom_offsets[first]), int(atom_offsets[last])
                 e0, e1 = int(edge_offsets[first]), int(edge_offsets[last])
-                arrays = {"num_atoms": np.diff(atom_offsets[first:last + 1]),
+                arrays = {"first": self._starts[shard] + first,
+                          "num_atoms": np.diff(atom_offsets[first:last + 1]),
                           "num_edges": np.diff(edge_offsets[first:last + 1])}
                 with shard_errors(self.files[shard]):
                     for name in fields:

@@ -96,12 +96,14 @@ def fixed_e0s(setting: dict | list) -> dict[int, float]:
 def _stat_sums(store: GraphStore, indices: np.ndarray) -> np.ndarray:
     """Per-rank sums: [AtA (MAX_Z^2), Atb, sum c/n, sum E/n, graphs, sum F^2, force comps,
     edges, atoms with an incoming edge]; A = element counts, b = energies. One vectorised pass
-    over contiguous blocks of the store (GraphStore.graph_blocks), no loop over graphs."""
+    over contiguous blocks of the store (GraphStore.graph_blocks), no loop over graphs; the
+    edges are read only from shards without their per-graph receiver counts."""
     ata, atb = np.zeros((MAX_Z, MAX_Z)), np.zeros(MAX_Z)
     c_over_n, scalars = np.zeros(MAX_Z), np.zeros(6)
     if len(np.unique(indices)) != len(indices):
         raise ValueError("statistics over a graph listed twice")
-    fields = ("numbers", "energy", "forces", "edge_index")
+    counted = store.num_receivers is not None  # else counted from the edges read
+    fields = ("numbers", "energy", "forces") + (() if counted else ("edge_index",))
     for selected, block in store.graph_blocks(indices, fields):
         num_atoms, num_edges = block["num_atoms"], block["num_edges"]
         row = np.full(len(num_atoms), -1)
@@ -115,11 +117,16 @@ def _stat_sums(store: GraphStore, indices: np.ndarray) -> np.ndarray:
         ata += counts.T @ counts
         atb += counts.T @ energy
         c_over_n += (counts / n[:, None]).sum(axis=0)
-        edge_row = np.repeat(row, num_edges)
-        first_atom = np.concatenate([[0], np.cumsum(num_atoms)[:-1]])
-        receivers = (np.repeat(first_atom, num_edges) + block["edge_index"][1])[edge_row >= 0]
+        if counted:
+            graphs = block["first"] + selected
+            edges, receivers = num_edges[selected].sum(), store.num_receivers[graphs].sum()
+        else:
+            edge_row = np.repeat(row, num_edges)
+            first_atom = np.concatenate([[0], np.cumsum(num_atoms)[:-1]])
+            incoming = (np.repeat(first_atom, num_edges) + block["edge_index"][1])[edge_row >= 0]
+            edges, receivers = len(incoming), len(np.unique(incoming))
         scalars += [(energy / n).sum(), len(selected), np.square(block["forces"][kept]).sum(),
-                    3.0 * n.sum(), len(receivers), len(np.unique(receivers))]
+                    3.0 * n.sum(), edges, receivers]
     return np.concatenate([ata.ravel(), atb, c_over_n, scalars])
 
 
