@@ -22,6 +22,7 @@ from mace.data import AtomicData
 from mace.tools.torch_geometric.batch import Batch
 
 from cfmtrain.batches.cells import cell_rows, graph_extent
+from cfmtrain.batches.shared import shared_arrays
 from cfmtrain.batches.store_arrays import STORED, StoreArrays
 from cfmtrain.kernels.backend import load_ops
 
@@ -107,7 +108,10 @@ class BatchAssembler:
             ptr = np.concatenate([[0], np.cumsum(arrays.num_atoms)])
             with arrays.lock:
                 if key not in arrays.derived:
-                    arrays.derived[key] = batch_arrays(arrays.fields, ptr, dataset)
+                    arrays.derived[key] = shared_arrays(
+                        arrays.folder, f"{arrays.fingerprint}@{key}",
+                        lambda: batch_arrays(arrays.fields, ptr, dataset))
+                    arrays.release_fields()
             derived = arrays.derived[key]
             self.memory = {k: torch.from_numpy(v) for k, v in derived.items()}
             for kind in ("atoms", "edges"):

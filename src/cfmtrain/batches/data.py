@@ -126,6 +126,6 @@ def make_loader(dataset: GraphDataset, batch_sampler, num_workers: int | None = 
     """Batches of `dataset` over `batch_sampler`'s item lists, assembled whole from the store's
     arrays (held in memory when they fit, train.store_arrays) and prefetched per `num_workers`
     (None: auto; train.prefetch)."""
-    arrays = store_arrays(dataset.store, cpus_per_rank)
+    arrays = store_arrays(dataset.store)
     workers = resolve_workers(num_workers, arrays.in_memory, cpus_per_rank)
     return BatchLoader(BatchAssembler(dataset, arrays), batch_sampler, workers, pin_memory)

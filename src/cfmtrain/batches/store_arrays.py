@@ -1,11 +1,14 @@
 """A GraphStore's concatenated shard arrays, held in memory or read per batch, vectorised.
 
 Memory rule: a store's arrays (every field of every shard, plus the arrays derived from them
-for training: `MEMORY_BYTES_PER_EDGE`) are held in memory when they
-need at most `memory_budget()` bytes: a quarter of the node's available memory divided by the
-ranks the node holds (node CPUs / CPUs per rank). A batch is then gathered from them by one
-compiled call (train.batching). Otherwise each batch's rows are read from the shards: one HDF5
-read per field and shard (the union of the batch's row ranges as one hyperslab selection).
+for training: `MEMORY_BYTES_PER_EDGE`) are held in memory when they need at most
+`memory_budget()` bytes: a quarter of the node's available memory. They are held once per
+node: the arrays a batch is gathered from (in the model's precision; the float64 originals are
+dropped once they are derived) are memory-mapped from files that the first rank writes beside
+the store (batches.shared), and a batch is gathered from them by one compiled call
+(batches.batching). Otherwise each rank reads only its own batches' rows from the shards: one
+HDF5 read per field and shard (the union of the batch's row ranges as one hyperslab
+selection).
 """
 
 from __future__ import annotations
@@ -59,8 +62,9 @@ class RowRanges:
         return array.take(self.index, axis=axis)
 
 
-def memory_budget(cpus_per_rank: int) -> int:
-    """Bytes one rank may hold: a quarter of the available memory over the node's ranks."""
+def memory_budget() -> int:
+    """Bytes a node may hold of a store's arrays (shared by its ranks): a quarter of the
+    available memory."""
     available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -68,8 +72,7 @@ def memory_budget(cpus_per_rank: int) -> int:
                 available = int(line.split()[1]) * 1024
     except OSError:
         pass
-    ranks = max(1, (os.cpu_count() or 1) // max(1, cpus_per_rank))
-    return available // 4 // ranks
+    return available // 4
 
 
 class StoreArrays:
@@ -97,12 +100,25 @@ class StoreArrays:
         self.nbytes = nbytes
         self._graph_starts = np.cumsum([0] + [len(o) - 1 for o in self._offsets["graphs"]])
         self.in_memory = nbytes <= budget
-        self.fields: dict[str, np.ndarray] = {}
+        self.folder, self.fingerprint = Path(store.files[0]).parent, store.fingerprint
+        self._fields: dict[str, np.ndarray] | None = None
         if self.in_memory:
-            self.fields = {k: self._load(k) for k in STORED}
             self.starts = {"atoms": np.cumsum(self.num_atoms) - self.num_atoms,
                            "edges": np.cumsum(self.num_edges) - self.num_edges}
+        self.close()
+
+    @property
+    def fields(self) -> dict[str, np.ndarray]:
+        """Every stored field of every graph, read on first use (to derive the batch arrays
+        from; `release_fields` drops them once derived)."""
+        if self._fields is None:
+            self._fields = {k: self._load(k) for k in STORED}
             self.close()
+        return self._fields
+
+    def release_fields(self) -> None:
+        """Drop the stored fields read by `fields` (the derived arrays hold what batches use)."""
+        self._fields = None
 
     def _load(self, name: str) -> np.ndarray:
         """Every shard's `name` concatenated, read straight into one array."""
@@ -222,9 +238,9 @@ _CACHE: weakref.WeakKeyDictionary[GraphStore, StoreArrays] = weakref.WeakKeyDict
 _LOCK = threading.Lock()
 
 
-def store_arrays(store: GraphStore, cpus_per_rank: int = 1) -> StoreArrays:
+def store_arrays(store: GraphStore) -> StoreArrays:
     """The one StoreArrays of `store` in this process (train, valid and test share it)."""
     with _LOCK:
         if store not in _CACHE:
-            _CACHE[store] = StoreArrays(store, memory_budget(cpus_per_rank))
+            _CACHE[store] = StoreArrays(store, memory_budget())
         return _CACHE[store]
