@@ -1,5 +1,5 @@
 """`cfmtrain bench <name>`: dispatch to one benchmark module (graphs, balance, kernels, accuracy,
-loader, isa, md, host, compare).
+loader, isa, md, host, compare, scale).
 
 Only the chosen module is imported: each pulls in heavy libraries of its own.
 """
@@ -19,6 +19,7 @@ BENCHMARKS = {
     "md": "cfmtrain.bench.md",
     "host": "cfmtrain.bench.host",
     "compare": "cfmtrain.bench.compare",
+    "scale": "cfmtrain.bench.scale",
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,8 @@ class Run:
     dataset: str = ""
     global_step: int = 0
     train_errors: ErrorSums = dataclasses.field(default_factory=ErrorSums)
+    # start-up and per-epoch timings on this rank (seconds; `*_at` are Unix times)
+    timeline: dict = dataclasses.field(default_factory=dict)
 
     def make_loader(self, dataset: GraphDataset, batch_sampler) -> BatchLoader:
         """Batches assembled from the store's arrays, prefetched per the configured workers
@@ -157,9 +160,15 @@ def build_run(cfg: TrainConfig, graphs: Path | list[Path], split: Path, out: Pat
     """Build every part of a run on this rank (collectives inside: call on every rank)."""
     dtype = DTYPES[cfg.model.dtype]
     torch.set_default_dtype(dtype)
+    t0 = time.perf_counter()
+    timeline = {"build_at": time.time()}
     store = open_store(graphs, cutoff)
+    timeline["open_s"] = time.perf_counter() - t0
     parts = load_parts(store, split, cfg, env.rank == 0)
+    timeline["split_s"] = time.perf_counter() - t0 - timeline["open_s"]
+    t1 = time.perf_counter()
     model, data_stats = make_model(cfg, store, parts, env, stats)
+    timeline["statistics_s"] = time.perf_counter() - t1  # and the model's construction
     model = model.to(dtype).to(device)
     backend = "e3nn (mace-torch)"
     if cfg.fused:  # after the move: fuse_model picks the backend from the model's device
@@ -181,8 +190,10 @@ def build_run(cfg: TrainConfig, graphs: Path | list[Path], split: Path, out: Pat
             for name, idx in parts.items()}
     sampler, capacity = make_train_sampler(cfg, sets["train"].num_atoms,
                                            sets["train"].num_edges, env.rank, env.world_size)
+    timeline["build_s"] = time.perf_counter() - t0
     return Run(cfg=cfg, env=env, device=device, out=out, store=store, parts=parts,
                stats=data_stats, model=model, ddp=ddp, params=params, optimizer=optimizer,
                scheduler=make_scheduler(cfg, optimizer), ema=ema, sampler=sampler,
                train_set=sets["train"], valid_set=sets["valid"], test_set=sets["test"],
-               kernel_backend=backend, capacity=capacity, data=data_identity(store, split))
+               kernel_backend=backend, capacity=capacity, data=data_identity(store, split),
+               timeline=timeline)

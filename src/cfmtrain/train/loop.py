@@ -110,10 +110,13 @@ def train_epoch(run, epoch: int, skip: int, on_step: Callable[[int, StepRecord],
                 ) -> list[StepRecord]:
     """Steps `skip`.. of `epoch`; `on_step(steps_done_in_epoch, record)` returns True to stop.
     Returns this rank's step records."""
+    t_plan = time.perf_counter()
     run.sampler.set_epoch(epoch)  # keeps a resumed sampler's start step within its epoch
     counts = loss_normalizers(global_step_counts(run.sampler, run.train_set.num_atoms),
                               run.cfg.epoch_normalized)
     loader = run.make_loader(run.train_set, run.sampler)  # starts at step `skip` when resumed
+    run.timeline.setdefault("epoch_plan_s", []).append(time.perf_counter() - t_plan)
+    run.timeline["steps_per_epoch"] = len(run.sampler)
     records: list[StepRecord] = []
     iterator, step = iter(loader), skip
     try:

@@ -9,6 +9,7 @@ interpreter's teardown cannot turn the finished run into a failed one (exit 143)
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import sys
@@ -20,6 +21,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from cfmtrain.atomic import atomic_path
 from cfmtrain.dist import contention
 from cfmtrain.train import checkpoint as ckpt
 from cfmtrain.train import summary
@@ -111,6 +113,7 @@ def run_epoch(run: Run, epoch: int, skip: int, partial: dict | None, stop: StopF
     last_epoch = epoch + 1 >= cfg.epochs
 
     def on_step(done: int, record: StepRecord) -> bool:
+        run.timeline.setdefault("first_step_at", time.time())
         pending.append(record)
         bar.update(1)
         budget = 0 < cfg.max_steps <= run.global_step and not (last_epoch and done == steps)
@@ -223,6 +226,13 @@ def _all_ranks(value: object) -> list:
     return [value]
 
 
+def write_timeline(run: Run) -> None:
+    """Rank 0's start-up and epoch-plan timings (Run.timeline) as timeline.json."""
+    if run.env.rank == 0:
+        with atomic_path(run.out / "timeline.json") as tmp:
+            tmp.write_text(json.dumps(run.timeline, indent=1))
+
+
 def train(run: Run, state: dict | None, stop: StopFlag, last: bool = True) -> bool:
     """Train `run` (restored from `state` if given) to the end or to a stop (SIGTERM, seen
     through `stop`, or max_steps); True if it completed. A run whose checkpoint ends its last
@@ -248,12 +258,14 @@ def train(run: Run, state: dict | None, stop: StopFlag, last: bool = True) -> bo
     start = contention.host_sample()
     while epoch < run.cfg.epochs:
         if not run_epoch(run, epoch, skip, partial, stop, recorder):
+            write_timeline(run)
             if main:
                 print(f"stopped at global step {run.global_step}: checkpoint written to "
                       f"{run.out / ckpt.CHECKPOINT}; continue with --resume",
                       file=sys.stderr, flush=True)
             return False
         epoch, skip, partial = epoch + 1, 0, None
+    write_timeline(run)
     end = contention.host_sample()
     probes = _all_ranks([probe_start, contention.speed_probe()[0]])
     finish(run, recorder, {**{f"{k}_{when}": v[k] for when, v in (("start", start), ("end", end))

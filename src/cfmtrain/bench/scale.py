@@ -1,0 +1,198 @@
+"""`cfmtrain bench scale`: the data path against the graph count, stage by stage.
+
+For each `--graphs` count it generates the crystals preset (shard by shard, in parallel),
+builds the graph shards (one `cfmtrain graphs` process per shard, `--workers` at a time), splits
+them and trains `both` on `--ranks` ranks for `--steps` steps, each stage as the pipeline runs it
+(the project's own commands, in subprocesses). A row per count and stage gives its wall time,
+its peak RSS (the largest single process, from the kernel's accounting), the PSS summed over
+the training ranks (sampled), the disk it wrote, and on the `steps` row the share of step time
+spent waiting for data. Stages from the training run's timeline.json: `open` (the store),
+`statistics` (E0s, mean, std, neighbours, and the model's construction), `first_step` (launch
+to the end of the first step), `steps` (the timed steps after the first) and `epoch_overhead`
+(the per-epoch plan: sampler, balancer and loader; `epoch_share` is its share of the epoch's
+projected time, steps per epoch x median step time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from cfmtrain.bench.scale_figure import plot_scale
+from cfmtrain.bench.table import report
+
+COLUMNS = ("graphs", "stage", "seconds", "peak_rss_gb", "pss_gb_all_ranks", "disk_gb",
+           "data_wait_share", "epoch_share")
+SHARD_GRAPHS = 20_000  # frames per shard: a graph job stays well under 1 GB
+MODEL = ('model.hidden_irreps="16x0e+16x1o"', "model.max_ell=2", "model.correlation=3",
+         "model.radial_mlp=[32, 32]")
+GB = 1e9
+
+
+def _cfmtrain(*words: object) -> list[str]:
+    return [sys.executable, "-m", "cfmtrain", *map(str, words)]
+
+
+def timed(command: list[str], log: Path, sample_pss: bool = False) -> dict:
+    """Run `command` (output to `log`); its wall time, peak RSS of its largest process
+    (wait4's ru_maxrss covers the waited-for descendants) and, if `sample_pss`, the peak of
+    its process tree's summed PSS (sampled every 0.2 s). A failure raises, naming the log."""
+    t0 = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    peak = {"pss": 0.0}
+    done = threading.Event()
+
+    def sample() -> None:
+        root = psutil.Process(proc.pid)
+        while not done.wait(0.2):
+            total = 0
+            for p in [root, *root.children(recursive=True)]:
+                try:
+                    total += p.memory_full_info().pss
+                except (psutil.Error, OSError):
+                    pass
+            peak["pss"] = max(peak["pss"], total)
+
+    sampler = threading.Thread(target=sample, daemon=True) if sample_pss else None
+    if sampler:
+        sampler.start()
+    try:  # wait4 on the pid: Popen.wait would not return the resource usage
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        done.set()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if sampler:
+        sampler.join()
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed ({proc.returncode}); see {log}")
+    return {"seconds": time.perf_counter() - t0, "peak_rss_gb": usage.ru_maxrss * 1024 / GB,
+            "pss_gb_all_ranks": peak["pss"] / GB if sample_pss else float("nan")}
+
+
+def disk_gb(path: Path) -> float:
+    """Bytes under `path`, in GB."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / GB
+
+
+def build_graphs(frames: Path, graphs: Path, logs: Path, workers: int) -> dict:
+    """One `cfmtrain graphs` process per frames shard, `workers` at a time: the stage's wall
+    time and its largest job's peak RSS."""
+    shards = sorted(frames.glob("frames_*.extxyz"))
+    t0 = time.perf_counter()
+
+    def one(source: Path) -> dict:
+        k = source.stem.split("_")[1]
+        return timed(_cfmtrain("graphs", "--input", source, "--output",
+                               graphs / f"shard_{k}.h5", "--dataset", "scale"),
+                     logs / f"graphs_{k}.log")
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        jobs = list(pool.map(one, shards))
+    return {"seconds": time.perf_counter() - t0,
+            "peak_rss_gb": max(j["peak_rss_gb"] for j in jobs)}
+
+
+def step_rows(path: Path) -> dict[str, np.ndarray]:
+    """steps.csv's columns as float arrays."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+
+
+def training_rows(run: Path, launched_at: float, launch: dict) -> list[dict]:
+    """The stages read from a run's timeline.json and steps.csv (module docstring)."""
+    timeline = json.loads((run / "timeline.json").read_text())
+    steps = step_rows(run / "steps.csv")
+    timed_steps = steps["step"] > 0  # the first step pays one-time costs
+    data, step = steps["data_s"][timed_steps], steps["step_s"][timed_steps]
+    rank0 = timed_steps & (steps["rank"] == 0)
+    plan = float(np.median(timeline["epoch_plan_s"]))
+    epoch = timeline["steps_per_epoch"] * float(np.median(steps["step_s"][rank0]))
+    memory = {k: launch[k] for k in ("peak_rss_gb", "pss_gb_all_ranks")}
+    return [
+        {"stage": "open", "seconds": timeline["open_s"]},
+        {"stage": "statistics", "seconds": timeline["statistics_s"]},
+        {"stage": "first_step", "seconds": timeline["first_step_at"] - launched_at, **memory},
+        {"stage": "steps", "seconds": float(steps["step_s"][rank0].sum()),
+         "data_wait_share": float(data.sum() / (data.sum() + step.sum())), **memory},
+        {"stage": "epoch_overhead", "seconds": plan, "epoch_share": plan / epoch},
+    ]
+
+
+def measure(count: int, work: Path, steps: int, ranks: int, workers: int,
+            shard_graphs: int) -> list[dict]:
+    """Every stage's row at `count` graphs, built under `work/<count>` (replaced)."""
+    root = work / str(count)
+    shutil.rmtree(root, ignore_errors=True)
+    logs, frames, graphs, run = root / "logs", root / "frames", root / "graphs", root / "run"
+    logs.mkdir(parents=True)
+    shards = max(1, -(-count // shard_graphs))
+    rows = []
+    gen = timed(_cfmtrain("generate", "--preset", "crystals", "--graphs", count,
+                          "--num-shards", shards, "--workers", workers, "--output-dir", frames),
+                logs / "generate.log")
+    rows.append({"stage": "generate", **gen, "disk_gb": disk_gb(frames)})
+    rows.append({"stage": "graphs", **build_graphs(frames, graphs, logs, workers),
+                 "disk_gb": disk_gb(graphs)})
+    split = timed(_cfmtrain("split", "--graphs", graphs, "--output", graphs / "split.npz",
+                            "--valid", 0.01, "--test", 0.01, "--seed", 0), logs / "split.log")
+    rows.append({"stage": "split", **split})
+    overrides = [w for s in (f"max_steps={steps}", "epochs=1", "threads=1", "progress=false",
+                             *MODEL) for w in ("--set", s)]
+    launched_at = time.time()
+    launch = timed(_cfmtrain("launch", "--ranks", ranks, "--threads", 1, "train", "--graphs",
+                             graphs, "--split", graphs / "split.npz", "--output", run,
+                             "--variant", "both", "--dataset", "scale", *overrides),
+                   logs / "train.log", sample_pss=True)
+    rows += training_rows(run, launched_at, launch)
+    return [{"graphs": count, **{k: row.get(k, float("nan")) for k in COLUMNS[1:]}}
+            for row in rows]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `cfmtrain bench scale`."""
+    parser.add_argument("--graphs", type=int, nargs="+", default=[10_000, 100_000],
+                        help="graph counts (default 10000 100000; the paper's scale: 1000000)")
+    parser.add_argument("--steps", type=int, default=50, help="training steps (default 50)")
+    parser.add_argument("--ranks", type=int, default=2, help="training ranks (default 2)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="parallel generate and graphs processes (default 2)")
+    parser.add_argument("--shard-graphs", type=int, default=SHARD_GRAPHS,
+                        help=f"frames per shard (default {SHARD_GRAPHS})")
+    parser.add_argument("--work", type=Path, default=Path("results/bench/scale"),
+                        help="folder for the generated data (default results/bench/scale)")
+    parser.add_argument("--output", type=Path, default=Path("results/bench/scale.csv"))
+    parser.add_argument("--figure", type=Path, default=Path("results/figures/fig_scale.png"))
+    parser.add_argument("--keep", action="store_true", help="keep the data of each count")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure each count in turn, then print and write the table and draw the figure."""
+    rows = []
+    for count in sorted(set(args.graphs)):
+        if count < 100:
+            print(f"error: --graphs {count}: at least 100 graphs", file=sys.stderr)
+            return 2
+        rows += measure(count, args.work, args.steps, args.ranks, args.workers,
+                        args.shard_graphs)
+        if not args.keep:
+            shutil.rmtree(args.work / str(count), ignore_errors=True)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    report(rows, args.output, f"data path at scale: crystals, `both` on {args.ranks} ranks, "
+           f"{args.steps} steps")
+    plot_scale(rows, args.figure)
+    print(f"wrote {args.figure}")
+    return 0
