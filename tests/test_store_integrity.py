@@ -237,7 +237,7 @@ def test_corruption_read_later_names_shard_and_graph(tmp_path):
                        + ": graph 2: data failing its Fletcher-32 checksum"):
         store[2]
     with pytest.raises(ShardError, match=re.escape(str(path)) + ": data failing its"):
-        StoreArrays(store, 2**40).fields  # read on first use
+        StoreArrays(store, 2**40).load("forces")
     with pytest.raises(ShardError, match=re.escape(str(path)) + ": data failing its"):
         StoreArrays(store, 0).rows(np.array([2]), ("forces",))
 

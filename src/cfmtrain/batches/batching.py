@@ -13,7 +13,7 @@ precomputed 12 or 24).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -93,6 +93,24 @@ def batch_arrays(rows: dict[str, np.ndarray], ptr: np.ndarray, dataset: GraphDat
             "pbc": rows["pbc"]}
 
 
+def derived_parts(arrays: StoreArrays, ptr: np.ndarray, dataset: GraphDataset
+                  ) -> dict[str, Callable[[], dict[str, np.ndarray]]]:
+    """batch_arrays over the whole store, as parts computed one at a time from the fields
+    each needs (read from the shards then), so that deriving them holds one field at a time."""
+    npf, load = numpy_dtype(dataset.dtype), arrays.load
+    graph_fields = ("cell", "pbc", "positions", "has_stress", "stress", "energy")
+    return {
+        "species": lambda: {"species": dataset.z_to_index[load("numbers")]},
+        "positions": lambda: {"positions": load("positions").astype(npf)},
+        "forces": lambda: {"forces": load("forces").astype(npf)},
+        "edge_index": lambda: {"edge_index": load("edge_index")},
+        "unit_shifts": lambda: {"unit_shifts": load("unit_shifts")},
+        "graphs": lambda: {**graph_rows({k: load(k) for k in graph_fields}, ptr, dataset.cutoff,
+                                        dataset.dtype, dataset.use_stress),
+                           "pbc": load("pbc")},
+    }
+
+
 class BatchAssembler:
     """Callable: dataset items (`i` or `(i, weight)`) -> the mace-torch Batch of those graphs,
     assembled by one cfmtrain::assemble_batch call over the store's arrays held in memory, or
@@ -110,8 +128,7 @@ class BatchAssembler:
                 if key not in arrays.derived:
                     arrays.derived[key] = shared_arrays(
                         arrays.folder, f"{arrays.fingerprint}@{key}",
-                        lambda: batch_arrays(arrays.fields, ptr, dataset))
-                    arrays.release_fields()
+                        derived_parts(arrays, ptr, dataset))
             derived = arrays.derived[key]
             self.memory = {k: torch.from_numpy(v) for k, v in derived.items()}
             for kind in ("atoms", "edges"):

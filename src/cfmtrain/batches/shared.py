@@ -37,10 +37,12 @@ def _map(folder: Path) -> dict[str, np.ndarray]:
 
 
 def shared_arrays(store_folder: Path, key: str,
-                  make: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The arrays of `key`, memory-mapped from the store's cache (made by `make` and written by
-    the first rank to get here). A folder that cannot be written gives `make()`'s arrays
-    in this process's own memory."""
+                  parts: dict[str, Callable[[], dict[str, np.ndarray]]]
+                  ) -> dict[str, np.ndarray]:
+    """The arrays of `key`, memory-mapped from the store's cache. The first rank to get here
+    computes them part by part (each call of `parts` returns some of them) and writes each
+    before the next, so it holds one part at a time. Where the files cannot be written, the
+    arrays are kept in this process's own memory."""
     folder = cache_folder(store_folder, key)
     if (folder / COMPLETE).is_file():
         return _map(folder)
@@ -48,22 +50,29 @@ def shared_arrays(store_folder: Path, key: str,
         folder.parent.mkdir(parents=True, exist_ok=True)
         lock = open(folder.parent / f"{folder.name}.lock", "w")
     except OSError:
-        return make()
+        return {k: v for part in parts.values() for k, v in part().items()}
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (folder / COMPLETE).is_file():
-            _write(folder, make(), key)
+            try:
+                _write(folder, parts, key)
+            except OSError:  # a full or read-only disk: this process keeps its own
+                return {k: v for part in parts.values() for k, v in part().items()}
         return _map(folder)
 
 
-def _write(folder: Path, arrays: dict[str, np.ndarray], key: str) -> None:
+def _write(folder: Path, parts: dict[str, Callable[[], dict[str, np.ndarray]]],
+           key: str) -> None:
     tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    names = []
     try:
-        for name, value in arrays.items():
-            np.save(tmp / f"{name}.npy", np.ascontiguousarray(value))
-        (tmp / COMPLETE).write_text(json.dumps({"key": key, "names": list(arrays)}))
+        for part in parts.values():
+            for name, value in part().items():  # one part in memory at a time
+                np.save(tmp / f"{name}.npy", np.ascontiguousarray(value))
+                names.append(name)
+        (tmp / COMPLETE).write_text(json.dumps({"key": key, "names": names}))
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(folder)  # an incomplete one (no COMPLETE file)
         os.replace(tmp, folder)

@@ -77,8 +77,8 @@ def memory_budget() -> int:
 
 class StoreArrays:
     """Per-field rows of any graphs of `store`, in memory or read per batch (module docstring).
-    In memory, `fields` holds every stored field of every graph and `starts` each graph's first
-    atom and edge row; callers keep arrays computed from them in `derived`."""
+    In memory, callers keep the arrays they compute from whole fields (`load`) in `derived`,
+    and `starts` holds each graph's first atom and edge row."""
 
     def __init__(self, store: GraphStore, budget: int):
         self.files = list(store.files)
@@ -101,26 +101,12 @@ class StoreArrays:
         self._graph_starts = np.cumsum([0] + [len(o) - 1 for o in self._offsets["graphs"]])
         self.in_memory = nbytes <= budget
         self.folder, self.fingerprint = Path(store.files[0]).parent, store.fingerprint
-        self._fields: dict[str, np.ndarray] | None = None
         if self.in_memory:
             self.starts = {"atoms": np.cumsum(self.num_atoms) - self.num_atoms,
                            "edges": np.cumsum(self.num_edges) - self.num_edges}
         self.close()
 
-    @property
-    def fields(self) -> dict[str, np.ndarray]:
-        """Every stored field of every graph, read on first use (to derive the batch arrays
-        from; `release_fields` drops them once derived)."""
-        if self._fields is None:
-            self._fields = {k: self._load(k) for k in STORED}
-            self.close()
-        return self._fields
-
-    def release_fields(self) -> None:
-        """Drop the stored fields read by `fields` (the derived arrays hold what batches use)."""
-        self._fields = None
-
-    def _load(self, name: str) -> np.ndarray:
+    def load(self, name: str) -> np.ndarray:
         """Every shard's `name` concatenated, read straight into one array."""
         datasets = [self._file(s)[name] for s in range(len(self.files))]
         axis = _AXIS.get(name, 0)
