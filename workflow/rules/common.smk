@@ -152,7 +152,7 @@ def frames_command(wildcards, output, threads):
         keys = [f"{field}={name or ''}" for field, name in cfg.get("keys", {}).items()]
         return command("python", "-m", "cfmtrain", "convert", wildcards.dataset, "--own-data",
                        "--input", *own_files(wildcards.dataset), "--output", output[0],
-                       "--shards", shards, "--no-progress",
+                       "--shards", shards, "--no-progress", "--workers", threads,
                        *(word for pair in keys for word in ("--key", pair)),
                        "--e0s", own_e0s_argument(cfg.get("e0s", "fit")),
                        *(["--skip-invalid"] if config["skip_invalid"] else []))
@@ -165,7 +165,8 @@ def frames_command(wildcards, output, threads):
     source = (f"results/downloads/{wildcards.dataset}" if cfg["kind"] == "download"
               else cfg["path"])
     words = ["python", "-m", "cfmtrain", "convert", cfg.get("registry", wildcards.dataset),
-             "--input", source, "--output", output[0], "--shards", shards, "--no-progress"]
+             "--input", source, "--output", output[0], "--shards", shards, "--no-progress",
+             "--workers", threads]
     if "energy_key" in cfg:
         words += ["--energy-key", cfg["energy_key"]]
     return command(*words, *(["--skip-invalid"] if config["skip_invalid"] else []))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -89,8 +90,11 @@ class EmptyInputError(ValueError):
     """An input file without a single frame."""
 
     def __init__(self, source: str, detail: str = "empty file") -> None:
-        self.source = source
+        self.source, self.detail = source, detail
         super().__init__(f"{source}: no frames ({detail})")
+
+    def __reduce__(self):  # raised in a conversion's worker process, re-raised in its parent
+        return type(self), (self.source, self.detail)
 
 
 def _n_atoms(n: int) -> str:
@@ -183,18 +187,21 @@ def _symbol_problem(lines: list[str], first_line: int) -> Problem | None:
     return None
 
 
-def iter_extxyz(lines: Iterable[str], source: str) -> Iterator[Read]:
+def iter_extxyz(lines: Iterable[str], source: str, start: int = 0,
+                 start_line: int = 0) -> Iterator[Read]:
     """Each frame of extxyz text as (index, atoms, None), or (index, None, problem) for a frame
     whose atom lines are all there but unreadable: truncated at the end of the file, a wrong
-    number of columns, an unknown element symbol, a bad comment line or value.
+    number of columns, an unknown element symbol, a bad comment line or value. Text that starts
+    inside a file (at a frame of `frame_offsets`) gives its frame's index as `start` and the
+    lines before it as `start_line`, so that problems name the file's frame and line.
 
     Raises InvalidFrameError (file, frame, line) where the frame boundaries are lost, and
     EmptyInputError for text without a frame. ASE's reader would stop silently at a blank line,
     ignore extra columns and name neither file nor frame.
     """
     lines = iter(lines)
-    line_no = 0  # 1-based number of the last line read
-    index = 0
+    line_no = start_line  # 1-based number of the last line read
+    index = start
     previous: tuple[int, int] | None = None  # (atom count, header line) of the last frame
     for header in lines:
         line_no += 1
@@ -243,8 +250,40 @@ def iter_extxyz(lines: Iterable[str], source: str) -> Iterator[Read]:
         yield index, atoms, problem
         previous = (natoms, first)
         index += 1
-    if index == 0:
-        raise EmptyInputError(source, "empty file" if line_no == 0 else "only blank lines")
+    if index == start:
+        raise EmptyInputError(source, "empty file" if line_no == start_line else "only blank lines")
+
+
+def frame_offsets(path: str | os.PathLike, every: int) -> list[tuple[int, int, int]]:
+    """(frame index, byte offset, lines before it) of every `every`-th frame of an extxyz
+    file, from a scan of its atom-count lines alone (no frame is parsed). The scan stops at the
+    first line where a count should be but is not: the frames after the last offset then read
+    as one, and their reader names the problem."""
+    offsets = []
+    index = line = offset = 0
+    with open(path, "rb") as fh:
+        while header := fh.readline():
+            natoms = _atom_count(header.decode("utf-8", "replace"))
+            if natoms is None or natoms < 0:
+                break
+            if index % every == 0:
+                offsets.append((index, offset, line))
+            for _ in range(natoms + 1):
+                if not fh.readline():
+                    return offsets
+            index, line = index + 1, line + natoms + 2
+            offset = fh.tell()
+    return offsets
+
+
+def iter_extxyz_file(path: str | os.PathLike, first: int = 0, offset: int = 0, line: int = 0,
+                     count: int | None = None) -> Iterator[Read]:
+    """`iter_extxyz` of a file: all its frames, or `count` frames from frame `first` (at byte
+    `offset`, after `line` lines: one of `frame_offsets`)."""
+    with open(path, "rb") as raw:
+        raw.seek(offset)
+        frames = iter_extxyz(io.TextIOWrapper(raw, encoding="utf-8"), str(path), first, line)
+        yield from frames if count is None else itertools.islice(frames, count)
 
 
 def read_extxyz_atoms(path: str | os.PathLike) -> Iterator[Atoms]:

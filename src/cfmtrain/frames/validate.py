@@ -57,6 +57,9 @@ class InvalidFrameError(ValueError):
         self.source, self.index, self.reason, self.detail = source, index, reason, detail
         super().__init__(format_problem(source, index, reason, detail))
 
+    def __reduce__(self):  # raised in a conversion's worker process, re-raised in its parent
+        return type(self), (self.source, self.index, self.reason, self.detail)
+
 
 def format_problem(source: str, index: int | str, reason: str, detail: str) -> str:
     """`file: frame i: reason (detail)`."""

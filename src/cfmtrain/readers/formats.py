@@ -6,34 +6,34 @@ from __future__ import annotations
 import io
 import os
 import zipfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from cfmtrain.frames.extxyz import EmptyInputError, iter_extxyz, named_errors
+from cfmtrain.frames.extxyz import EmptyInputError, iter_extxyz, iter_extxyz_file, named_errors
 from cfmtrain.frames.validate import RawFrame, raw_from_atoms
 from cfmtrain.readers.ase_db import db_rows
 from cfmtrain.readers.mptrj import read_mptrj
-from cfmtrain.readers.options import ReadOptions, problem_frame
+from cfmtrain.readers.options import Part, ReadOptions, problem_frame
 
 EXTXYZ_SUFFIXES = (".extxyz", ".xyz")
 
 
-def _wrap_extxyz(lines: Iterable[str], source: str, opts: ReadOptions) -> Iterator[RawFrame]:
-    for index, atoms, problem in iter_extxyz(lines, source):
-        if problem is not None:
-            yield problem_frame(source, index, problem)
-        else:
-            yield raw_from_atoms(atoms, source, index, opts.energy_key, opts.forces_key,
-                                 opts.stress_key, opts.stress_factor)
+def _raw(atoms, problem, source: str, index: int, opts: ReadOptions) -> RawFrame:
+    if problem is not None:
+        return problem_frame(source, index, problem)
+    return raw_from_atoms(atoms, source, index, opts.energy_key, opts.forces_key,
+                          opts.stress_key, opts.stress_factor)
 
 
-def read_extxyz(path: Path, opts: ReadOptions) -> Iterator[RawFrame]:
-    """Stream the frames of one extxyz file (cfmtrain.frames.extxyz.iter_extxyz: a bad frame
+def read_extxyz(part: Part, opts: ReadOptions) -> Iterator[RawFrame]:
+    """Stream the frames of one extxyz file or part of one (cfmtrain.frames.extxyz: a bad frame
     names the file, frame and line; an empty file is an error)."""
-    with open(path, encoding="utf-8") as fh:
-        yield from _wrap_extxyz(fh, str(path), opts)
+    reads = iter_extxyz_file(part.path, part.first, part.offset, part.line, part.count)
+    for index, atoms, problem in reads:
+        yield _raw(atoms, problem, str(part.path), index, opts)
 
 
 def read_extxyz_zip(path: Path, opts: ReadOptions) -> Iterator[RawFrame]:
@@ -44,8 +44,9 @@ def read_extxyz_zip(path: Path, opts: ReadOptions) -> Iterator[RawFrame]:
             raise EmptyInputError(str(path), f"no {'/'.join(EXTXYZ_SUFFIXES)} member")
         for member in members:
             with archive.open(member) as raw:
-                text = io.TextIOWrapper(raw, encoding="utf-8")
-                yield from _wrap_extxyz(text, f"{path}:{member}", opts)
+                source = f"{path}:{member}"
+                for index, atoms, problem in iter_extxyz(io.TextIOWrapper(raw, "utf-8"), source):
+                    yield _raw(atoms, problem, source, index, opts)
 
 
 def read_ase_db(path: Path, opts: ReadOptions) -> Iterator[RawFrame]:
@@ -103,12 +104,22 @@ def _supported(path: Path) -> bool:
     return not path.name.endswith((".part", ".corrupt"))
 
 
-def read_frames(files: Sequence[Path], opts: ReadOptions) -> Iterator[RawFrame]:
-    """Every frame of every file, in order, each with its source file and index."""
-    readers = {"extxyz": read_extxyz, "zip": read_extxyz_zip, "db": read_ase_db,
-               "mptrj": read_mptrj}
-    for path in files:
+@dataclass(frozen=True)
+class RegistryReader:
+    """Reads the parts of a registered data set's files (shards.parts.PartReader)."""
+
+    opts: ReadOptions
+
+    def frames(self, part: Part) -> Iterator[RawFrame]:
+        """The part's frames in order, each with its source file and index."""
+        path = part.path
         if path.stat().st_size == 0:
             raise EmptyInputError(str(path))
-        yield from named_errors(readers[reader_for(path)](path, opts), str(path),
-                                lambda frame: frame.index)
+        kind = reader_for(path)
+        frames = (read_extxyz(part, self.opts) if kind == "extxyz"
+                  else {"zip": read_extxyz_zip, "db": read_ase_db,
+                        "mptrj": read_mptrj}[kind](path, self.opts))
+        yield from named_errors(frames, str(path), lambda frame: frame.index)
+
+    def summary(self) -> dict:
+        return {}

@@ -1,9 +1,10 @@
-"""How a data set's files hold their labels: the keys and the stress unit, and the frame that
-stands for one that could not be read."""
+"""How a data set's files hold their labels (the keys and the stress unit), the part of a file
+one task reads, and the frame that stands for one that could not be read."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from ase import units
@@ -36,6 +37,19 @@ class ReadOptions:
         except KeyError:
             raise ValueError(f"unknown stress unit {self.stress_unit!r}; "
                              f"known: {', '.join(STRESS_UNITS)}") from None
+
+
+@dataclass(frozen=True)
+class Part:
+    """Frames of one input file read as one task: all of them, or `count` frames from frame
+    `first` of an extxyz file (at byte `offset`, after `line` lines; frames.extxyz.frame_offsets
+    finds them)."""
+
+    path: Path
+    first: int = 0
+    offset: int = 0
+    line: int = 0
+    count: int | None = None
 
 
 def problem_frame(source: str, index: int | str, problem: Problem) -> RawFrame:

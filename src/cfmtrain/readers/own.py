@@ -16,12 +16,12 @@ from pathlib import Path
 import ase.io
 from ase import Atoms
 
-from cfmtrain.frames.extxyz import EmptyInputError, iter_extxyz, named_errors
+from cfmtrain.frames.extxyz import EmptyInputError, iter_extxyz_file, named_errors
 from cfmtrain.frames.keys import FIELDS, LabelKeys, config_type_of, own_frame
 from cfmtrain.frames.validate import InvalidFrameError, Problem, RawFrame
 from cfmtrain.readers.ase_db import db_rows
 from cfmtrain.readers.e0s import Located
-from cfmtrain.readers.options import problem_frame
+from cfmtrain.readers.options import Part, problem_frame
 
 FORMATS = {".extxyz": "extxyz", ".xyz": "extxyz", ".traj": "traj", ".db": "db"}
 ISOLATED_TYPES = ("IsolatedAtom", "isolated_atom")
@@ -42,16 +42,18 @@ def _db_atoms(path: Path) -> Iterator[tuple[str, Atoms]]:
         yield index, atoms
 
 
-def read_located(path: Path) -> Iterator[tuple[str, int | str, Atoms | None, Problem | None]]:
-    """(file, frame, atoms, None) of every frame of one file, or (file, frame, None, problem)
-    for an unreadable one; errors name the file and frame; a file without frames is an error."""
+def read_located(part: Part) -> Iterator[tuple[str, int | str, Atoms | None, Problem | None]]:
+    """(file, frame, atoms, None) of every frame of one file (or part of an extxyz file), or
+    (file, frame, None, problem) for an unreadable one; errors name the file and frame; a file
+    without frames is an error."""
+    path = part.path
     kind, source = own_format(path), str(path)
     if path.stat().st_size == 0:
         raise EmptyInputError(source)
     if kind == "extxyz":
-        with open(path, encoding="utf-8") as fh:
-            for index, atoms, problem in iter_extxyz(fh, source):
-                yield source, index, atoms, problem
+        for index, atoms, problem in iter_extxyz_file(path, part.first, part.offset, part.line,
+                                                      part.count):
+            yield source, index, atoms, problem
         return
     frames = (_db_atoms(path) if kind == "db"
               else enumerate(ase.io.iread(source, index=":", format=kind)))
@@ -65,7 +67,7 @@ def read_located(path: Path) -> Iterator[tuple[str, int | str, Atoms | None, Pro
 
 def read_atoms(path: Path) -> Iterator[Located]:
     """(file, frame, atoms) of every frame of one file; an unreadable frame is an error."""
-    for source, index, atoms, problem in read_located(path):
+    for source, index, atoms, problem in read_located(Part(path)):
         if problem is not None:
             raise InvalidFrameError(source, index, *problem)
         yield source, index, atoms
@@ -73,24 +75,30 @@ def read_atoms(path: Path) -> Iterator[Located]:
 
 @dataclass
 class OwnReader:
-    """Reads frames for training; sets the isolated-atom frames aside and notes the elements."""
+    """Reads frames for training (shards.parts.PartReader); sets the isolated-atom frames
+    aside and notes the elements (its summary)."""
 
     keys: LabelKeys
     isolated: list[Located] = field(default_factory=list)
     numbers: set[int] = field(default_factory=set)
 
-    def frames(self, files: Sequence[Path]) -> Iterator[RawFrame]:
-        """The frames to train on, file by file, in order."""
-        for path in files:
-            for source, index, atoms, problem in read_located(path):
-                if problem is not None:
-                    yield problem_frame(source, index, problem)
-                    continue
-                if config_type_of(atoms, self.keys) in ISOLATED_TYPES:
-                    self.isolated.append((source, index, atoms))
-                    continue
-                self.numbers.update(int(z) for z in atoms.numbers)
-                yield own_frame(atoms, source, index, self.keys)
+    def frames(self, part: Part) -> Iterator[RawFrame]:
+        """The part's frames to train on, in order."""
+        for source, index, atoms, problem in read_located(part):
+            if problem is not None:
+                yield problem_frame(source, index, problem)
+                continue
+            if config_type_of(atoms, self.keys) in ISOLATED_TYPES:
+                self.isolated.append((source, index, atoms))
+                continue
+            self.numbers.update(int(z) for z in atoms.numbers)
+            yield own_frame(atoms, source, index, self.keys)
+
+    def summary(self) -> dict:
+        """The isolated-atom frames and elements seen since the last summary."""
+        out = {"isolated": self.isolated, "numbers": self.numbers}
+        self.isolated, self.numbers = [], set()
+        return out
 
 
 def parse_keys(pairs: Sequence[str]) -> LabelKeys:

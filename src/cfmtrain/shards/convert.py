@@ -12,15 +12,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cfmtrain.frames.validate import LIMITS, InvalidFrameError, Limits
-from cfmtrain.readers.formats import expand_inputs, read_frames
+from cfmtrain.readers.formats import RegistryReader, expand_inputs, reader_for
 from cfmtrain.readers.options import STRESS_UNITS, ReadOptions
 from cfmtrain.shards import own
+from cfmtrain.shards.parts import convert_parts, plan_parts
 from cfmtrain.shards.writer import (
     manifest,
+    shard_paths,
     staged_outputs,
     unique_files,
     write_manifest,
-    write_shards,
 )
 from cfmtrain.sources.registry import DATASETS, SourceKeys
 
@@ -28,16 +29,19 @@ from cfmtrain.sources.registry import DATASETS, SourceKeys
 def convert(dataset: str, inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLike,
             num_shards: int = 1, opts: ReadOptions | None = None, config_type: str | None = None,
             skip_invalid: bool = False, progress: bool = True,
-            limits: Limits = LIMITS) -> dict:
-    """Convert `inputs` (files or folders) into shards plus manifest.json; returns the manifest.
+            limits: Limits = LIMITS, workers: int = 1) -> dict:
+    """Convert `inputs` (files or folders) into shards plus manifest.json, in `workers`
+    processes (shards.parts: the same shards for any number); returns the manifest.
 
     The previous outputs in `output_dir` are replaced only if the conversion succeeds."""
     opts = opts or default_options(dataset)
     _ = opts.stress_factor  # fail early on an unknown unit
     files, digests = unique_files(expand_inputs(inputs))
+    parts = plan_parts(files, workers, lambda p: reader_for(p) == "extxyz")
     with staged_outputs(output_dir) as staging:
-        counts = write_shards(read_frames(files, opts), staging, num_shards,
-                              config_type or dataset, skip_invalid, progress, limits)
+        counts, _ = convert_parts(RegistryReader(opts), parts, staging,
+                                  shard_paths(staging, num_shards), config_type or dataset,
+                                  skip_invalid, progress, limits, workers)
         record = manifest(
             {"dataset": dataset, "config_type": config_type or dataset}, files, digests,
             {"read_options": {"energy_key": opts.energy_key, "forces_key": opts.forces_key,
@@ -74,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="refuse a frame with a larger stress component (eV/A^3; default "
                         "%(default)g)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--workers", type=int, default=1, help="processes: a large extxyz "
+                        "file is read in ranges of frames, other files one per process "
+                        "(default 1; the shards are the same for any number)")
     own.add_arguments(parser)
 
 
@@ -108,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         opts = options_for(args.name, args)
         manifest = convert(args.name, args.input, args.output, args.shards, opts,
                            args.config_type, args.skip_invalid, not args.no_progress,
-                           limits_for(args))
+                           limits_for(args), args.workers)
     except (InvalidFrameError, ValueError, FileNotFoundError, KeyError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -14,21 +14,23 @@ from cfmtrain.frames.keys import FIELDS, LabelKeys
 from cfmtrain.frames.validate import LIMITS, InvalidFrameError, Limits
 from cfmtrain.readers.e0s import check_covers, resolve_e0s, write_e0s
 from cfmtrain.readers.own import OwnReader, own_format, parse_keys, read_atoms
+from cfmtrain.shards.parts import convert_parts, plan_parts
 from cfmtrain.shards.writer import (
     manifest,
+    shard_paths,
     staged_outputs,
     unique_files,
     write_manifest,
-    write_shards,
 )
 
 
 def convert_own(dataset: str, files: Sequence[str | os.PathLike], output_dir: str | os.PathLike,
                 num_shards: int = 1, keys: LabelKeys | None = None, e0s: str = "fit",
                 skip_invalid: bool = False, progress: bool = True,
-                limits: Limits = LIMITS) -> dict:
-    """Convert own files into frame shards, `e0s.json` (given E0s) and manifest.json (last);
-    the previous outputs in `output_dir` are replaced only if the conversion succeeds."""
+                limits: Limits = LIMITS, workers: int = 1) -> dict:
+    """Convert own files into frame shards, `e0s.json` (given E0s) and manifest.json (last),
+    in `workers` processes (shards.parts: the same shards for any number); the previous
+    outputs in `output_dir` are replaced only if the conversion succeeds."""
     keys = keys or LabelKeys.from_mapping()
     paths = [Path(f) for f in files]
     for path in paths:
@@ -42,17 +44,19 @@ def convert_own(dataset: str, files: Sequence[str | os.PathLike], output_dir: st
     paths, digests = unique_files(paths)
     # a bad mapping or file fails before any frame is read; `isolated` needs the frames first
     given = None if e0s == "isolated" else resolve_e0s(e0s, [], keys, read_atoms)
-    reader = OwnReader(keys)
+    parts = plan_parts(paths, workers, lambda p: own_format(p) == "extxyz")
     with staged_outputs(output_dir) as staging:
-        counts = write_shards(reader.frames(paths), staging, num_shards, dataset, skip_invalid,
-                              progress, limits)
-        given = given or resolve_e0s(e0s, reader.isolated, keys, read_atoms)
-        check_covers(given, reader.numbers)
+        counts, seen = convert_parts(OwnReader(keys), parts, staging,
+                                     shard_paths(staging, num_shards), dataset, skip_invalid,
+                                     progress, limits, workers)
+        isolated = [frame for part in seen for frame in part["isolated"]]
+        given = given or resolve_e0s(e0s, isolated, keys, read_atoms)
+        check_covers(given, set().union(*(part["numbers"] for part in seen)))
         write_e0s(staging, given)
         record = manifest(
             {"dataset": dataset, "kind": "files", "default_config_type": dataset}, paths,
             digests, {"keys": keys.as_dict(), "e0s": given.record(),
-                      "isolated_atoms": len(reader.isolated)}, limits, num_shards, counts)
+                      "isolated_atoms": len(isolated)}, limits, num_shards, counts)
         write_manifest(staging, record)
     return record
 
@@ -75,7 +79,7 @@ def run(args: argparse.Namespace, limits: Limits) -> int:
     try:
         manifest = convert_own(args.name, args.input, args.output, args.shards,
                                parse_keys(args.key), args.e0s, args.skip_invalid,
-                               not args.no_progress, limits)
+                               not args.no_progress, limits, args.workers)
     except (InvalidFrameError, ValueError, FileNotFoundError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -1,7 +1,7 @@
-"""Frames written as the pipeline's extxyz shards (`frames_0000.extxyz`, ...) with MACE's keys,
-round-robin, plus `manifest.json`, written last. A conversion's outputs are staged in a hidden
-folder and replace the previous ones only when the whole conversion succeeded: a failed
-re-convert leaves the previous good output as it was.
+"""The pipeline's extxyz shards (`frames_0000.extxyz`, ...): frames with MACE's keys
+(shards.parts deals them round-robin), plus `manifest.json`, written last. A conversion's
+outputs are staged in a hidden folder and replace the previous ones only when the whole
+conversion succeeded: a failed re-convert leaves the previous good output as it was.
 """
 
 from __future__ import annotations
@@ -11,25 +11,18 @@ import json
 import os
 import shutil
 import warnings
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 from ase import Atoms
-from tqdm import tqdm
 
 from cfmtrain import crash
 from cfmtrain.digest import file_digest
-from cfmtrain.frames.extxyz import write_shards as write_extxyz_shards
 from cfmtrain.frames.labels import CONFIG_TYPE_KEY, ENERGY_KEY, FORCES_KEY, STRESS_KEY
 from cfmtrain.frames.validate import (
-    LIMITS,
-    InvalidFrameError,
     Limits,
     RawFrame,
-    check_frame,
-    format_problem,
     frame_labels,
 )
 
@@ -112,49 +105,11 @@ def staged_outputs(output_dir: str | os.PathLike) -> Iterator[Path]:
     staging.commit()
 
 
-def write_shards(frames: Iterable[RawFrame], output_dir: str | os.PathLike, num_shards: int,
-                 config_type: str, skip_invalid: bool = False,
-                 progress: bool = True, limits: Limits = LIMITS) -> dict:
-    """Check each frame and write the valid ones round-robin into `num_shards` extxyz files.
-
-    Returns the counts for the manifest. An invalid frame raises InvalidFrameError (no shard is
-    left behind) unless `skip_invalid`, which skips it and counts it per reason. Fewer valid
-    frames than shards is an error: an empty shard would give an empty graph shard.
-    `output_dir` is written as it is (convert passes a staging folder).
-    """
+def shard_paths(folder: Path, num_shards: int) -> list[Path]:
+    """The `num_shards` frame shards of a folder (ValueError below one)."""
     if num_shards < 1:
         raise ValueError(f"num_shards must be >= 1, got {num_shards}")
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    skipped: Counter[str] = Counter()
-    examples: list[str] = []
-
-    def valid() -> Iterator[Atoms]:
-        written = 0
-        with tqdm(unit=" frames", disable=not progress, desc=config_type) as bar:
-            for frame in frames:
-                bar.update(1)
-                crash.at("checking frames", frame.source, frame.index)
-                problem = check_frame(frame, limits=limits)
-                if problem is None:
-                    written += 1
-                    yield build_atoms(frame, config_type)
-                    continue
-                if not skip_invalid:
-                    raise InvalidFrameError(frame.source, frame.index, *problem)
-                skipped[problem[0]] += 1
-                if len(examples) < 20:
-                    examples.append(format_problem(frame.source, frame.index, *problem))
-        if written < num_shards:  # raised inside the writer: no shard is renamed into place
-            raise ValueError(f"{written} valid frame(s) for {num_shards} shards "
-                             f"({sum(skipped.values())} skipped: {dict(skipped)}): every shard "
-                             "needs a frame; use fewer shards")
-
-    per_shard = write_extxyz_shards(
-        valid(), [output_dir / SHARD_NAME.format(k) for k in range(num_shards)])
-    return {"frames": sum(per_shard), "frames_per_shard": per_shard,
-            "skipped": sum(skipped.values()), "skipped_by_reason": dict(sorted(skipped.items())),
-            "skipped_examples": examples}
+    return [Path(folder) / SHARD_NAME.format(k) for k in range(num_shards)]
 
 
 def unique_files(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], dict[Path, str]]:
