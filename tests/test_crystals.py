@@ -3,14 +3,18 @@ finite differences, MPtrj-like statistics, and frames independent of shards and 
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import yaml
 from ase import Atoms
 from ase.build import bulk
 from ase.calculators.morse import MorsePotential
+from helpers import REPO
 
 from cfmtrain.frames.extxyz import iter_extxyz
 from cfmtrain.frames.neighbors import radius_graph
@@ -109,3 +113,30 @@ def test_generate_command_needs_graphs_for_crystals(tmp_path):
     ok = generate("--preset", "crystals", "--graphs", "4", "--num-shards", "2")
     assert ok.returncode == 0, ok.stderr
     assert len(_frames(tmp_path / "f")) == 4
+
+
+SCALE_PAGE = REPO / "docs" / "scale.md"
+
+
+def test_the_pages_generate_line_runs_as_written(tmp_path):
+    blocks = re.findall(r"```bash\n(.*?)```", SCALE_PAGE.read_text(), re.S)
+    [line] = [c for b in blocks for c in b.splitlines() if c.startswith("cfmtrain generate")]
+    out = subprocess.run([sys.executable, "-m", "cfmtrain", *shlex.split(line)[1:]],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert len(_frames(tmp_path / "results/data/crystals/frames")) == 1000
+
+
+@pytest.mark.workflow
+def test_the_pages_data_set_plans_its_frames_and_graphs(tmp_path):
+    [block] = re.findall(r"```yaml\n(.*?)```", SCALE_PAGE.read_text(), re.S)
+    config = {**yaml.safe_load((REPO / "config/config.yaml").read_text()),
+              **yaml.safe_load(block)}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "graphs",
+                          "--configfile", str(tmp_path / "c.yaml")], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "generate --preset crystals --output-dir results/data/crystals_1m/frames " \
+        "--num-shards 50 --graphs 1000000" in out.stdout
+    assert out.stdout.count("rule graph_shard:") == 50

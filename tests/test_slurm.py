@@ -275,3 +275,30 @@ def test_tiny_ablation_cell_through_slurm(slurm_env, runs):
     rank_column = steps[0].split(",").index("rank")
     assert {line.split(",")[rank_column] for line in steps[1:]} == {"0", "1"}
     assert (work / "results/train/mini/baseline/r2/final.model").stat().st_size > 0
+
+
+def test_graph_shards_go_as_one_job_array(slurm_env, tmp_path):
+    """A data set's graph shards fan out as one Slurm job array (the profile's
+    slurm-array-jobs), not one sbatch call per shard; each task asks the profile's 1 GB."""
+    work = tmp_path / "array"
+    work.mkdir()
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config["datasets"] = {"crystals": {"kind": "generated", "preset": "crystals", "graphs": 60,
+                                       "shards": 3, "seed": 0}}
+    config["targets"] = ["crystals"]
+    (work / "c.yaml").write_text(yaml.safe_dump(config))
+    log = work / "snakemake.log"
+    proc = snakemake_slurm(slurm_env, log, "results/graphs/crystals/split.npz", "--configfile",
+                           str(work / "c.yaml"), "--directory", str(work))
+    try:
+        out = finish(proc, log, slurm_env)
+    finally:
+        stop(proc, log, slurm_env)
+    arrays = re.findall(r"Submitted array job with Snakemake IDs ([\d,]+) and SLURM job ID "
+                        r"(\d+)\. The individual task IDs are 1-3\.", out)
+    assert len(arrays) == 1 and len(arrays[0][0].split(",")) == 3, out[-4000:]
+    [sbatch] = re.findall(r"Submitting array job with sbatch call: (.*)", out)
+    assert 1000 <= int(re.search(r"--mem (\d+)", sbatch).group(1)) <= 2000, sbatch
+    for k in range(3):
+        assert (work / f"results/graphs/crystals/shard_{k:04d}.h5").stat().st_size > 0
+    assert (work / "results/graphs/crystals/split.npz").is_file()

@@ -13,7 +13,7 @@ from mace.tools import AtomicNumberTable
 
 from cfmtrain.graphs.build import build_graphs
 from cfmtrain.graphs.store import GraphStore, write_shard
-from cfmtrain.train.model import MAX_Z, _stat_sums, compute_stats
+from cfmtrain.train.model import MAX_Z, _stat_sums, compute_stats, store_elements
 
 CUTOFF = 4.5
 
@@ -97,3 +97,10 @@ def test_average_e0s_equal_mace_torchs(store):
 def test_a_graph_listed_twice_is_refused(store):
     with pytest.raises(ValueError, match="listed twice"):
         _stat_sums(store, np.array([0, 1, 1]))
+
+
+@pytest.mark.parametrize("pick", [[], [4], [0, 1, 2, 30, 31], "all"])
+def test_elements_of_graphs_equal_graph_by_graph(store, pick):
+    indices = np.arange(len(store)) if pick == "all" else np.array(pick, dtype=np.int64)
+    expected = sorted({int(z) for i in indices for z in store[int(i)]["numbers"]})
+    assert store_elements(store, indices).tolist() == expected

@@ -107,6 +107,17 @@ def _simulate(f: pd.DataFrame) -> str:
             f"mixture, 2.65M graphs (the paper: 6x)")
 
 
+def _scale(f: pd.DataFrame) -> str:
+    """At the largest count: start-up, memory and data wait of the training ranks."""
+    n = int(f.graphs.max())
+    at = f[f.graphs == n].set_index("stage")
+    steps = at.loc["steps"]
+    return (f"{n:,} graphs: launch to first step {at.loc['first_step', 'seconds']:.0f} s, "
+            f"peak RSS {steps.peak_rss_gb:.2f} GB a training rank ({steps.pss_gb_all_ranks:.2f}"
+            f" GB PSS over both), data wait {100 * steps.data_wait_share:.1f}% of step time, "
+            f"epoch plan {100 * at.loc['epoch_overhead', 'epoch_share']:.3f}% of an epoch")
+
+
 RESULTS = (
     Result("Ablation (Figure 6)", "ablation.csv", "results/figures/fig06_ablation.csv",
            "make run", _ablation,
@@ -133,6 +144,10 @@ RESULTS = (
            "cfmtrain bench balance --preset full", _balance,
            ("graphs", "ranks", "strategy", "cpu_s", "excess_bins", "step_balance",
             "repeated"), "graphs == 1_000_000"),
+    Result("Data path at scale", "scale.csv", "results/bench/scale.csv",
+           "cfmtrain bench scale --graphs 10000 100000 1000000 --steps 50", _scale,
+           ("graphs", "stage", "seconds", "peak_rss_gb", "pss_gb_all_ranks", "disk_gb",
+            "data_wait_share", "epoch_share")),
     Result("Simulator at 740 ranks", "simulate_strong.csv",
            "results/simulate/mini_s/table3/strong.csv",
            "snakemake --profile profiles/local simulate", _simulate,

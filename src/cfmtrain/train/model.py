@@ -114,7 +114,8 @@ def _stat_sums(store: GraphStore, indices: np.ndarray) -> np.ndarray:
                              minlength=len(selected) * MAX_Z).reshape(len(selected), MAX_Z)
         counts = counts.astype(np.float64)
         n, energy = num_atoms[selected].astype(np.float64), block["energy"][selected]
-        ata += counts.T @ counts
+        zs = np.flatnonzero(counts.any(axis=0))  # the block's elements: a few of MAX_Z
+        ata[np.ix_(zs, zs)] += counts[:, zs].T @ counts[:, zs]
         atb += counts.T @ energy
         c_over_n += (counts / n[:, None]).sum(axis=0)
         if counted:
@@ -205,10 +206,12 @@ def _undetermined_message(store: GraphStore, loose: list[int], e0: np.ndarray) -
 
 
 def store_elements(store: GraphStore, indices: np.ndarray) -> np.ndarray:
-    """The atomic numbers present in graphs `indices` of the store."""
+    """The atomic numbers present in graphs `indices` of the store (read in blocks)."""
     seen = np.zeros(MAX_Z, bool)
-    for index in indices:
-        seen[store[int(index)]["numbers"]] = True
+    for selected, block in store.graph_blocks(indices, ("numbers",)):
+        keep = np.zeros(len(block["num_atoms"]), bool)
+        keep[selected] = True
+        seen[block["numbers"][np.repeat(keep, block["num_atoms"])]] = True
     return np.flatnonzero(seen)
 
 
