@@ -85,6 +85,12 @@ rule md:
         "results/bench/md_goals.csv",
 
 
+# the data path against the graph count: generate, graphs, split, training (not in `all`)
+rule scale:
+    input:
+        "results/bench/scale.csv",
+
+
 # time to accuracy against mace_run_train (three trainings; not in `all`)
 rule accuracy:
     input:

@@ -29,3 +29,23 @@ rule bench_loader:
     shell:
         "python -m cfmtrain bench loader --preset {wildcards.preset:q} --output {output:q}"
         " > {log:q} 2>&1"
+
+
+# The data path against the graph count (docs/scale.md); not in `all`: target `scale`.
+rule bench_scale:
+    output:
+        csv="results/bench/scale.csv",
+        figure="results/figures/fig_scale.png",
+    log:
+        "logs/bench/scale.log",
+    params:
+        graphs=config["scale"]["graphs"],
+        steps=config["scale"]["steps"],
+    resources:
+        machine=ALONE,
+    threads: 2  # 2 generate and graphs processes, then 2 training ranks
+    conda:
+        "../../envs/cfmtrain.yaml"
+    shell:
+        "python -m cfmtrain bench scale --graphs {params.graphs} --steps {params.steps}"
+        " --workers {threads} --output {output.csv:q} --figure {output.figure:q} > {log:q} 2>&1"

@@ -10,7 +10,9 @@ spent waiting for data. Stages from the training run's timeline.json: `open` (th
 `statistics` (E0s, mean, std, neighbours, and the model's construction), `first_step` (launch
 to the end of the first step), `steps` (the timed steps after the first) and `epoch_overhead`
 (the per-epoch plan: sampler, balancer and loader; `epoch_share` is its share of the epoch's
-projected time, steps per epoch x median step time).
+projected time, steps per epoch x median step time). `graphs_2_processes`, at the smallest
+count: graph building in 2 processes against 1, as the median of paired rounds with its 10-90%
+range (ideal: 2).
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ import psutil
 
 from cfmtrain.bench.scale_figure import plot_scale
 from cfmtrain.bench.table import report
+from cfmtrain.measure.paired import run_rounds
 
 COLUMNS = ("graphs", "stage", "seconds", "peak_rss_gb", "pss_gb_all_ranks", "disk_gb",
-           "data_wait_share", "epoch_share")
+           "data_wait_share", "epoch_share", "ratio_median", "ratio_p10", "ratio_p90", "rounds")
 SHARD_GRAPHS = 20_000  # frames per shard: a graph job stays well under 1 GB
 MODEL = ('model.hidden_irreps="16x0e+16x1o"', "model.max_ell=2", "model.correlation=3",
          "model.radial_mlp=[32, 32]")
@@ -105,6 +108,30 @@ def build_graphs(frames: Path, graphs: Path, logs: Path, workers: int) -> dict:
             "peak_rss_gb": max(j["peak_rss_gb"] for j in jobs)}
 
 
+def graph_scaling(frames: Path, scratch: Path, logs: Path, rounds: int) -> dict:
+    """Graph throughput from 1 to 2 processes, in paired rounds: one frames shard built twice,
+    one build after the other against both at once; the ratio is the speed-up of the pair."""
+    source = sorted(frames.glob("frames_*.extxyz"))[0]
+
+    def build(k: int) -> subprocess.Popen:
+        return subprocess.Popen(_cfmtrain("graphs", "--input", source, "--output",
+                                          scratch / f"shard_{k:04d}.h5", "--dataset", "scale"),
+                                stdout=open(logs / f"scaling_{k}.log", "w"),
+                                stderr=subprocess.STDOUT)
+
+    def wait(*procs: subprocess.Popen) -> None:
+        for p in procs:
+            if p.wait():
+                raise RuntimeError(f"cfmtrain graphs failed; see {logs}/scaling_*.log")
+
+    result = run_rounds({"1 process": lambda: (wait(build(0)), wait(build(1)))[0],
+                         "2 processes": lambda: wait(build(0), build(1))}, rounds)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return {"stage": "graphs_2_processes",
+            "seconds": float(np.median(result.times("2 processes"))),
+            **result.ratio("1 process", "2 processes").columns()}
+
+
 def step_rows(path: Path) -> dict[str, np.ndarray]:
     """steps.csv's columns as float arrays."""
     with open(path, newline="") as fh:
@@ -133,7 +160,7 @@ def training_rows(run: Path, launched_at: float, launch: dict) -> list[dict]:
 
 
 def measure(count: int, work: Path, steps: int, ranks: int, workers: int,
-            shard_graphs: int) -> list[dict]:
+            shard_graphs: int, scaling_rounds: int = 0) -> list[dict]:
     """Every stage's row at `count` graphs, built under `work/<count>` (replaced)."""
     root = work / str(count)
     shutil.rmtree(root, ignore_errors=True)
@@ -147,6 +174,8 @@ def measure(count: int, work: Path, steps: int, ranks: int, workers: int,
     rows.append({"stage": "generate", **gen, "disk_gb": disk_gb(frames)})
     rows.append({"stage": "graphs", **build_graphs(frames, graphs, logs, workers),
                  "disk_gb": disk_gb(graphs)})
+    if scaling_rounds:
+        rows.append(graph_scaling(frames, root / "scaling", logs, scaling_rounds))
     split = timed(_cfmtrain("split", "--graphs", graphs, "--output", graphs / "split.npz",
                             "--valid", 0.01, "--test", 0.01, "--seed", 0), logs / "split.log")
     rows.append({"stage": "split", **split})
@@ -177,17 +206,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, default=Path("results/bench/scale.csv"))
     parser.add_argument("--figure", type=Path, default=Path("results/figures/fig_scale.png"))
     parser.add_argument("--keep", action="store_true", help="keep the data of each count")
+    parser.add_argument("--scaling-rounds", type=int, default=3,
+                        help="paired rounds of graph building in 1 against 2 processes, on the "
+                        "smallest count's first shard (default 3; 0: not measured)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Measure each count in turn, then print and write the table and draw the figure."""
     rows = []
-    for count in sorted(set(args.graphs)):
-        if count < 100:
-            print(f"error: --graphs {count}: at least 100 graphs", file=sys.stderr)
-            return 2
+    counts = sorted(set(args.graphs))
+    if counts[0] < 100:
+        print(f"error: --graphs {counts[0]}: at least 100 graphs", file=sys.stderr)
+        return 2
+    for count in counts:
         rows += measure(count, args.work, args.steps, args.ranks, args.workers,
-                        args.shard_graphs)
+                        args.shard_graphs, args.scaling_rounds if count == counts[0] else 0)
         if not args.keep:
             shutil.rmtree(args.work / str(count), ignore_errors=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
