@@ -3,6 +3,7 @@ the store, the others memory-map the same files; batches equal those read from t
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 
 import numpy as np
@@ -85,3 +86,16 @@ def test_a_half_written_cache_is_rewritten(tmp_path):
     again = shared_arrays(tmp_path, "k", {"x": lambda: {"x": np.arange(5.0) * 2}})
     np.testing.assert_array_equal(again["x"], np.arange(5.0) * 2)
     np.testing.assert_array_equal(first["x"], np.arange(5.0))
+
+
+def test_arrays_of_a_rebuilt_store_replace_the_old_ones(tmp_path):
+    old = shared_arrays(tmp_path, "old@f32", {"x": lambda: {"x": np.arange(3)}}, group="old")
+    shared_arrays(tmp_path, "old@f64", {"x": lambda: {"x": np.arange(3.0)}}, group="old")
+    assert len([p for p in (tmp_path / FOLDER).iterdir() if p.is_dir()]) == 2  # one store
+    new = shared_arrays(tmp_path, "new@f32", {"x": lambda: {"x": np.arange(4)}}, group="new")
+    kept = [p for p in (tmp_path / FOLDER).iterdir() if p.is_dir()]
+    assert len(kept) == 1 and json.loads((kept[0] / "arrays.json").read_text())["key"] == \
+        "new@f32"
+    assert not [p for p in (tmp_path / FOLDER).glob("*.lock") if p.stem != kept[0].name]
+    np.testing.assert_array_equal(old["x"], np.arange(3))  # still mapped after the removal
+    np.testing.assert_array_equal(new["x"], np.arange(4))

@@ -18,7 +18,8 @@ from cfmtrain.malloc_env import MALLOC_ENV
 
 # command -> (module, help, needs the tuned allocator)
 COMMANDS: dict[str, tuple[str, str, bool]] = {
-    "generate": ("cfmtrain.sources.mini", "generate the embedded `mini` data set (extxyz)", False),
+    "generate": ("cfmtrain.sources.mini", "generate a data set offline (extxyz): `mini` or the "
+                 "MPtrj-like `crystals` of any size", False),
     "download": ("cfmtrain.sources.download", "download a registered data set", False),
     "convert": ("cfmtrain.shards.convert", "convert a downloaded data set to extxyz shards", False),
     "split": ("cfmtrain.graphs.split", "write the seeded train/valid/test split", False),
@@ -26,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "stats": ("cfmtrain.graphs.stats", "data set statistics: Table 3", False),
     "balance": ("cfmtrain.balance.report", "packing-quality table of every strategy", False),
     "bench": ("cfmtrain.bench.cli", "benchmarks: graphs, balance, kernels, isa, md, loader, "
-              "accuracy, host, compare", True),
+              "accuracy, host, compare, scale", True),
     "launch": ("cfmtrain.dist.launch", "run R ranks: srun under Slurm, else torchrun", False),
     "train": ("cfmtrain.train.cli", "data-parallel MACE training (one run)", True),
     "cell": ("cfmtrain.measure.repeats", "one ablation cell: repeated training runs and their "

@@ -128,7 +128,7 @@ class BatchAssembler:
                 if key not in arrays.derived:
                     arrays.derived[key] = shared_arrays(
                         arrays.folder, f"{arrays.fingerprint}@{key}",
-                        derived_parts(arrays, ptr, dataset))
+                        derived_parts(arrays, ptr, dataset), group=arrays.fingerprint)
             derived = arrays.derived[key]
             self.memory = {k: torch.from_numpy(v) for k, v in derived.items()}
             for kind in ("atoms", "edges"):

@@ -37,12 +37,13 @@ def _map(folder: Path) -> dict[str, np.ndarray]:
 
 
 def shared_arrays(store_folder: Path, key: str,
-                  parts: dict[str, Callable[[], dict[str, np.ndarray]]]
+                  parts: dict[str, Callable[[], dict[str, np.ndarray]]], group: str = ""
                   ) -> dict[str, np.ndarray]:
     """The arrays of `key`, memory-mapped from the store's cache. The first rank to get here
     computes them part by part (each call of `parts` returns some of them) and writes each
-    before the next, so it holds one part at a time. Where the files cannot be written, the
-    arrays are kept in this process's own memory."""
+    before the next, so it holds one part at a time; it then removes the cached arrays of
+    other groups (a store rebuilt since: another fingerprint). Where the files cannot be
+    written, the arrays are kept in this process's own memory."""
     folder = cache_folder(store_folder, key)
     if (folder / COMPLETE).is_file():
         return _map(folder)
@@ -55,14 +56,14 @@ def shared_arrays(store_folder: Path, key: str,
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (folder / COMPLETE).is_file():
             try:
-                _write(folder, parts, key)
+                _write(folder, parts, key, group)
             except OSError:  # a full or read-only disk: this process keeps its own
                 return {k: v for part in parts.values() for k, v in part().items()}
         return _map(folder)
 
 
 def _write(folder: Path, parts: dict[str, Callable[[], dict[str, np.ndarray]]],
-           key: str) -> None:
+           key: str, group: str) -> None:
     tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -72,9 +73,14 @@ def _write(folder: Path, parts: dict[str, Callable[[], dict[str, np.ndarray]]],
             for name, value in part().items():  # one part in memory at a time
                 np.save(tmp / f"{name}.npy", np.ascontiguousarray(value))
                 names.append(name)
-        (tmp / COMPLETE).write_text(json.dumps({"key": key, "names": names}))
+        (tmp / COMPLETE).write_text(json.dumps({"key": key, "group": group, "names": names}))
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(folder)  # an incomplete one (no COMPLETE file)
         os.replace(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    for other in folder.parent.glob(f"*/{COMPLETE}"):  # mapped files outlive their removal
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(other.read_text()).get("group") != group:
+                shutil.rmtree(other.parent)
+                (other.parent.parent / f"{other.parent.name}.lock").unlink(missing_ok=True)

@@ -1,4 +1,5 @@
-"""`cfmtrain generate`: the embedded `mini` data set, eight subsets mirroring the paper's Table 3.
+"""`cfmtrain generate`: the embedded `mini` data set, eight subsets mirroring the paper's Table 3
+(or, with `--preset crystals`, the MPtrj-like set of cfmtrain.sources.crystals).
 
 Seeded per (seed, subset, frame), labelled by ASE's EMT and TIP3P, written as extxyz shards.
 """
