@@ -41,7 +41,7 @@ from cfmtrain.train.summary import write_json
 
 RUNS = ("baseline", "both", MACE)
 # Model sizes and epochs; every other training setting is the config's default. goals is the
-# issue's model: on mini with 2 ranks on 2 cores an epoch takes ~170 s (baseline), ~33 s (both)
+# the goals model: on mini with 2 ranks on 2 cores an epoch takes ~170 s (baseline), ~33 s (both)
 # and ~135 s (mace_run_train), so 2 epochs (~15 minutes in all); --epochs 20 takes ~2 hours.
 PRESETS = {
     "quick": {"hidden_irreps": "8x0e+8x1o", "max_ell": 1, "correlation": 2, "epochs": 5},
@@ -144,7 +144,7 @@ def overall(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def goal_lines(summary: pd.DataFrame) -> list[str]:
-    """The issue's goals, each with its numbers and met / not met, from the per-seed summary:
+    """The goals, each with its numbers and met / not met, from the per-seed summary:
     medians over the seeds, with the per-seed range where there are several."""
     rows = overall(summary).set_index("run")
     several = int(rows.seeds.max()) > 1

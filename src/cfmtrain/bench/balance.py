@@ -53,7 +53,7 @@ def measure_case(sizes: np.ndarray, num_ranks: int, capacity: float, seed: int,
         row["excess_bins"] = metrics["bins"] - metrics["lower_bound"]
         row["repeated"] = repeated_fraction(plan, following)
         rows.append(row)
-    # the API, list of arrays out, timed on its own (the 0.1 s goal is about this call):
+    # the balancer's API, list of arrays out, timed on its own (the 0.1 s goal is about this call):
     # rows[0] Algorithm 1 alone, rows[1] with our refinements
     for row, refine in ((rows[0], False), (rows[1], True)):
         _, wall, cpu = _timed(lambda refine=refine: pack_bins(sizes, capacity, num_ranks,

@@ -36,14 +36,14 @@ PRESETS: dict[str, dict] = {
     "quick": {"reps": 5, "matrices": [
         {"ops": OPS, "impls": ("fused", "mace"), "atoms": (96,), "dtypes": ("float32",),
          "passes": ("train_step",), "cg": ("original",)}]},
-    # the issues' goals: the paper's size, 800 atoms, float32, double backward (3072: --atoms);
+    # the goals: the paper's size, 800 atoms, float32, double backward (3072: --atoms);
     # the whole step compiled too (about a minute of compiling, seconds from inductor's cache)
     "goals": {"reps": 5, "matrices": [
         {"ops": OPS, "impls": ("fused", "mace"), "atoms": (800,), "dtypes": ("float32",),
          "passes": ("train_step",), "cg": ("original",)},
         {"ops": ("model",), "impls": ("fused_compile",), "atoms": (800,),
          "dtypes": ("float32",), "passes": ("train_step",), "cg": ("original",)}]},
-    # Everything the issues ask for, estimated at ~40 min on 2 quiet cores (from timings at
+    # Every op, pass and dtype, estimated at ~40 min on 2 quiet cores (from timings at
     # 8-200 atoms): op rows at 200 and 800 atoms for every pass and dtype; the whole training
     # step at 200/800/3072 atoms in float32 (3072: the memory story) and 200 in float64; the
     # reduced CG basis for the symmetric contraction alone; torch.compile of the ops at 200

@@ -36,7 +36,7 @@ PRESETS = {"quick": {"scale": 0.1, "repeats": 5, "former": False},
            "full": {"scale": 1.0, "repeats": 5, "former": True}}
 MINI_GRAPHS = Path("results/graphs/mini")
 OURS, MACE = "cfmtrain (arrays in memory)", "mace-torch DataLoader (pre-built AtomicData)"
-GOAL = 10.0  # issue 12: ours >= 10x mace-torch's in-memory path on one core
+GOAL = 10.0  # the goal: ours >= 10x mace-torch's in-memory path on one core
 
 
 def batch_differences(ours, reference) -> list[str]:

@@ -31,7 +31,7 @@ PRESETS: dict[str, dict] = {
     # the MD goal: the MP-0 medium shape at 5k atoms, both systems
     "goals": {"systems": ("fcc", "water"), "shapes": ("mp0-medium",), "atoms": (5000,),
               "steps": 5},
-    # everything the issue asks for: 1k, 5k and 20k atoms, small and medium shapes
+    # the full preset: 1k, 5k and 20k atoms, small and medium shapes
     "full": {"systems": ("fcc", "water"), "shapes": ("mp0-small", "mp0-medium"),
              "atoms": (1000, 5000, 20000), "steps": 5},
 }
