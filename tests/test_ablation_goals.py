@@ -1,4 +1,4 @@
-"""`cfmtrain goals`: issue #13's ablation goals checked on the cells of consecutive runs, each
+"""`cfmtrain goals`: the ablation goals checked on the cells of consecutive runs, each
 check against numbers written here: spread (max - min) / median per cell, the variants' order at
 2 ranks, `both`/`baseline` on mini_m, and one order over all runs."""
 

@@ -225,7 +225,7 @@ def test_pack_bins_invariants_float(problem):
 
 
 @pytest.mark.parametrize("sizes, capacity, num_ranks", [
-    ([7] * 5, 7, 4),            # the example: 5 full graphs on 4 ranks -> 3 empty bins
+    ([7] * 5, 7, 4),            # an example: 5 full graphs on 4 ranks -> 3 empty bins
     ([7] * 9, 7, 8),            # 9 full graphs on 8 ranks -> 16 bins, 7 empty
     ([0] * 10, 5, 3),           # zero-size graphs
     ([], 10, 4),                # nothing to pack

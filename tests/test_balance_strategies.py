@@ -87,7 +87,7 @@ def test_hydragnn_steps_sorted_by_cost_and_rotated():
 
 
 def test_randomised_algorithm1_keeps_balance_and_changes_batches():
-    """Goal (issue #3): < 5% batches repeated between epochs, step balance >= 0.99."""
+    """Goal: < 5% batches repeated between epochs, step balance >= 0.99."""
     sizes, _ = mixture_sizes(30_000, seed=4)
     deterministic = STRATEGIES["algorithm1"](sizes, 3072, 8, seed=None)
     plans = [STRATEGIES["algorithm1"](sizes, 3072, 8, seed=11, epoch=e) for e in (0, 1)]

@@ -1,4 +1,4 @@
-"""Checkpoint files (issue #11): the last two kept, each written atomically; load errors name the
+"""Checkpoint files: the last two kept, each written atomically; load errors name the
 file; `--resume auto` moves an unloadable newest checkpoint aside and resumes from the one
 before it, bit-exactly; a pickle that would run code is refused after `import mace` (which sets
 TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 for the whole process).

@@ -1,5 +1,5 @@
-"""torch.compile of the fused ops and of a whole fused model's force-training step (issue #14
-item 4): compiled gradients equal eager ones, which the other tests tie to mace-torch."""
+"""torch.compile of the fused ops and of a whole fused model's force-training step: compiled
+gradients equal eager ones, which the other tests tie to mace-torch."""
 
 from __future__ import annotations
 

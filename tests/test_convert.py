@@ -293,7 +293,7 @@ def test_folder_input_and_cli(tmp_path, mptrj_file, capsys):
     assert cli_main(["convert", "tmd", "--input", str(folder), "--output", str(out),
                      "--no-progress"]) == 1  # REF_energy is not in these files
     assert "frame 0: missing energy" in capsys.readouterr().err
-    # the failed re-convert left the previous good output (issue #11)
+    # the failed re-convert left the previous good output
     assert json.loads((out / "manifest.json").read_text())["frames_per_shard"] == [2, 1]
 
 
@@ -369,7 +369,7 @@ def test_failed_rerun_keeps_previous_outputs(tmp_path):
     ase.io.write(src, [good(0), bad_frame("missing forces")], format="extxyz")
     with pytest.raises(InvalidFrameError):
         convert("zeolite", [src], out, progress=False)
-    # replaced only on success (issue #11): old shards and manifest as they were, no leftovers
+    # replaced only on success: old shards and manifest as they were, no leftovers
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 

@@ -1,4 +1,4 @@
-"""Issue #11 items 2-3: no final name without a confirmed length or a matched checksum, resumes
+"""No final name without a confirmed length or a matched checksum, resumes
 guarded by If-Range, partial data in its own folder. Real urllib against tests/http_server.py."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ CUT = 100_003
 
 
 def test_cut_body_without_length_is_refused(tmp_path, payload, capsys):
-    # the issue's case: no Content-Length, the connection dropped halfway, no checksum
+    # the case: no Content-Length, the connection dropped halfway, no checksum
     served = ServedFile(payload, no_length=True, ignore_range=True, cut_after=CUT)
     with FileServer({"a.bin": served}) as server:
         code = cli_main(["download", "--url", server.url("a.bin"), "--dest", str(tmp_path),

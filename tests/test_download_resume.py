@@ -1,4 +1,4 @@
-"""Issue #11 item 3: a failed `download` job's partial data survive Snakemake's cleanup of its
+"""A failed `download` job's partial data survive Snakemake's cleanup of its
 output folder, and the rerun resumes them. A real `snakemake` run of the workflow's rule, whose
 `cfmtrain download` fetches a registry entry (added by a sitecustomize) from a local server."""
 

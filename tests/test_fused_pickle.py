@@ -1,5 +1,5 @@
 """A fused model pickles (torch.save of the whole model, copy.deepcopy) and loads fused again,
-with energies and forces equal to the original's and mace-torch's (issue #11, #14 item 3)."""
+with energies and forces equal to the original's and mace-torch's."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Every public entry point imports in a fresh interpreter, in any order with mace and e3nn, and
-importing cfmtrain leaves torch.load's weights-only safety as it was (issue #11, #14)."""
+importing cfmtrain leaves torch.load's weights-only safety as it was."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from cfmtrain.cli import COMMANDS
 
 # The README's imports and the modules behind its other entry points, each alone and in orders
-# with mace and e3nn. Before issue #11 the first failed: e3nn's `constants.pt` was refused by
+# with mace and e3nn. Once the first failed: e3nn's `constants.pt` was refused by
 # torch's weights-only default unless `mace` (which switches it off) had been imported first.
 STATEMENTS = [
     "from cfmtrain.kernels import fuse_model, unfuse_model, kernel_backend, choose_backend",

@@ -131,7 +131,7 @@ def test_two_local_ranks_all_reduce_and_get_sigterm(tmp_path):
 def test_two_local_ranks_stopped_after_the_run_was_complete_exit_0(tmp_path):
     """torchrun's agent exits 1 on SIGTERM even when its ranks are done; once the run's
     summary.json is written (the run is complete), the launcher exits 0, so that Snakemake keeps
-    the outputs (issue #11 item 4)."""
+    the outputs."""
     proc = two_ranks_holding(tmp_path)
     try:
         (tmp_path / "summary.json").write_text("{}")  # what a complete run writes last

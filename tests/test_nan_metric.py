@@ -1,5 +1,5 @@
 """A NaN validation or test error (a corrupt graph store) fails the run with a message naming
-the set and the graphs, instead of a summary.json with null MAEs (issue #11)."""
+the set and the graphs, instead of a summary.json with null MAEs."""
 
 from __future__ import annotations
 

@@ -282,7 +282,7 @@ def test_graphs_from_only_paths(built):
 
 @pytest.mark.workflow
 def test_a_cell_trains_from_only_paths_into_an_ordinary_mace_model(built):
-    """Issue #12's 'done when': an extxyz written by ASE, a `kind: files` entry with `paths`, and
+    """Own data end to end: an extxyz written by ASE, a `kind: files` entry with `paths`, and
     a training cell of the default config; the model is a mace-torch model ASE can use."""
     from mace.calculators import MACECalculator
 

@@ -1,4 +1,4 @@
-"""Reader errors name the file, the frame and the reason (issue #11 item 5 and its list).
+"""Reader errors name the file, the frame and the reason.
 
 Each case is made from a good extxyz file by editing its text the way real files go bad:
 truncated, a column missing, an atom count that does not match, an unknown symbol, an absurd

@@ -1,4 +1,4 @@
-"""The end of a run (issue #11): a stop in the last epoch (SIGTERM during the final validation)
+"""The end of a run: a stop in the last epoch (SIGTERM during the final validation)
 resumed with `--resume auto` finishes the run (test set, exported model, summary.json) without
 training again; max_steps equal to the run's steps finishes it; a SIGTERM once every output is
 written still exits 0.

@@ -1,4 +1,4 @@
-"""Graph-store integrity (issue #11): unreadable shards name their file; skewed and tiny cells are
+"""Graph-store integrity: unreadable shards name their file; skewed and tiny cells are
 stored with wider unit shifts or refused (file, frame, reason) and skipped by --skip-invalid;
 Fletcher-32 checksums and a manifest on every shard; corruption and out-of-range edge indices are
 errors naming the shard and graph; `from cfmtrain.graphs import GraphStore`."""
