@@ -205,3 +205,24 @@ def test_a_later_block_widens_the_shifts_of_earlier_ones(tmp_path):
     store = GraphStore(tmp_path)
     for i, graph in enumerate([*graphs, wide]):
         np.testing.assert_array_equal(store[i]["unit_shifts"], graph["unit_shifts"])
+
+
+def test_the_writers_memory_does_not_grow_with_its_shard(tmp_path):
+    """The writer holds one block of about `block_edges` edges: ten times the graphs, about
+    the same peak (traced numpy and Python allocations)."""
+    import tracemalloc
+
+    base = list(graphs_of(sample_frames()[:1]))[0]  # 32 atoms, ~1,700 edges
+
+    def peak(count: int) -> int:
+        graphs = (dict(base, source_index=i) for i in range(count))  # made as written
+        tracemalloc.start()
+        write_shard(tmp_path / f"shard_{count:04d}.h5", graphs, cutoff=CUTOFF,
+                    block_edges=20_000)
+        size = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return size
+
+    small, large = peak(40), peak(400)
+    assert len(GraphStore(tmp_path / "shard_0400.h5")) == 400
+    assert large < 1.5 * small, (small, large)
