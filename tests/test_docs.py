@@ -250,8 +250,10 @@ def test_command_is_known_and_parses(command):
         assert set(words[1:]) <= make_targets()
     elif words[0] == "cfmtrain":
         args = parse_cfmtrain(words)
-        graphs = getattr(args, "graphs", None) or []
-        assert all(str(g).startswith("results/graphs/") for g in graphs), graphs
+        given = getattr(args, "graphs", None)  # stores (paths), or counts (int) to generate
+        stores = [g for g in (given if isinstance(given, list) else [given])
+                  if g is not None and not isinstance(g, int)]
+        assert all(str(g).startswith("results/graphs/") for g in stores), stores
     elif words[:3] == ["python", "-m", "pytest"]:
         files = [w for w in words[3:] if not w.startswith("-")]
         assert files and all((ROOT / f).is_file() for f in files), files

@@ -50,7 +50,10 @@ def test_readme_bench_commands_parse(command):
     parser = argparse.ArgumentParser(exit_on_error=False)
     module.add_arguments(parser)
     args = parser.parse_args(words[3:])
-    assert all(str(g).startswith("results/graphs/") for g in getattr(args, "graphs", None) or [])
+    given = getattr(args, "graphs", None)  # stores (paths), or counts (int) to generate
+    stores = [g for g in (given if isinstance(given, list) else [given])
+              if g is not None and not isinstance(g, int)]
+    assert all(str(g).startswith("results/graphs/") for g in stores), stores  # not counts
 
 
 def test_readme_pytest_commands_name_existing_tests():
