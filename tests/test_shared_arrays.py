@@ -11,10 +11,10 @@ import torch
 from helpers import CUTOFF, emt_frames
 from mace.tools import AtomicNumberTable
 
-from cfmtrain.batches.batching import BatchAssembler
+from cfmtrain.batches.batching import BatchAssembler, batch_arrays
 from cfmtrain.batches.data import GraphDataset
 from cfmtrain.batches.shared import FOLDER, shared_arrays
-from cfmtrain.batches.store_arrays import StoreArrays
+from cfmtrain.batches.store_arrays import STORED, StoreArrays
 from cfmtrain.bench import loader as bench
 from cfmtrain.graphs.build import atoms_to_graph
 from cfmtrain.graphs.store import GraphStore, write_shard
@@ -49,8 +49,13 @@ def test_memory_and_disk_batches_agree_and_the_arrays_are_files(tmp_path):
     [derived] = arrays.derived.values()
     assert all(isinstance(v, np.memmap) for v in derived.values())
     assert derived["positions"].dtype == np.float32  # no float64 copy beside it
-    assert set(derived) == set(disk.memory or {}) | set(shared.memory) - {
-        "atoms_start", "edges_start", "num_atoms", "num_edges"}
+    # part by part from whole fields = at once from every graph's rows read from the shards
+    everything = np.arange(len(store))
+    ptr = np.concatenate([[0], np.cumsum(store.num_atoms)])
+    reference = batch_arrays(StoreArrays(store, 0).rows(everything, STORED), ptr, dataset)
+    assert set(derived) == set(reference)
+    for name, value in reference.items():
+        np.testing.assert_array_equal(derived[name], value, err_msg=name)
     assert len(list((tmp_path / "s" / FOLDER).iterdir())) == 2  # the arrays and their lock
 
 

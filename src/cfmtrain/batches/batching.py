@@ -22,7 +22,7 @@ from mace.data import AtomicData
 from mace.tools.torch_geometric.batch import Batch
 
 from cfmtrain.batches.cells import cell_rows, graph_extent
-from cfmtrain.batches.shared import shared_arrays
+from cfmtrain.batches.shared import merge_parts, shared_arrays
 from cfmtrain.batches.store_arrays import STORED, StoreArrays
 from cfmtrain.kernels.backend import load_ops
 
@@ -80,24 +80,14 @@ def graph_rows(rows: dict[str, np.ndarray], ptr: np.ndarray, cutoff: float, dtyp
             **{k: np.ascontiguousarray(v.numpy()) for k, v in cells.items()}}
 
 
-def batch_arrays(rows: dict[str, np.ndarray], ptr: np.ndarray, dataset: GraphDataset
-                 ) -> dict[str, np.ndarray]:
-    """What assemble_batch gathers from, for graphs with stored `rows` (all fields, atoms
-    ptr[i]:ptr[i+1]): species, positions and forces in the model's precision, the GRAPH_ROWS
-    (the cells among them, from which the op computes the edge shifts)."""
+def batch_parts(load: Callable[[str], np.ndarray], ptr: np.ndarray, dataset: GraphDataset
+                ) -> dict[str, Callable[[], dict[str, np.ndarray]]]:
+    """What assemble_batch gathers from, for graphs whose stored fields `load(name)` returns
+    (atoms ptr[i]:ptr[i+1]): species, positions and forces in the model's precision, the
+    GRAPH_ROWS (the cells among them, from which the op computes the edge shifts). As parts,
+    each computed when called from the fields it needs, so that a caller deriving them for a
+    whole store holds one part at a time (batches.shared)."""
     npf = numpy_dtype(dataset.dtype)
-    out = graph_rows(rows, ptr, dataset.cutoff, dataset.dtype, dataset.use_stress)
-    return {**out, "species": dataset.z_to_index[rows["numbers"]],
-            "positions": rows["positions"].astype(npf), "forces": rows["forces"].astype(npf),
-            "edge_index": rows["edge_index"], "unit_shifts": rows["unit_shifts"],
-            "pbc": rows["pbc"]}
-
-
-def derived_parts(arrays: StoreArrays, ptr: np.ndarray, dataset: GraphDataset
-                  ) -> dict[str, Callable[[], dict[str, np.ndarray]]]:
-    """batch_arrays over the whole store, as parts computed one at a time from the fields
-    each needs (read from the shards then), so that deriving them holds one field at a time."""
-    npf, load = numpy_dtype(dataset.dtype), arrays.load
     graph_fields = ("cell", "pbc", "positions", "has_stress", "stress", "energy")
     return {
         "species": lambda: {"species": dataset.z_to_index[load("numbers")]},
@@ -109,6 +99,12 @@ def derived_parts(arrays: StoreArrays, ptr: np.ndarray, dataset: GraphDataset
                                         dataset.dtype, dataset.use_stress),
                            "pbc": load("pbc")},
     }
+
+
+def batch_arrays(rows: dict[str, np.ndarray], ptr: np.ndarray, dataset: GraphDataset
+                 ) -> dict[str, np.ndarray]:
+    """`batch_parts` of graphs with stored `rows` (all fields), computed at once."""
+    return merge_parts(batch_parts(rows.__getitem__, ptr, dataset))
 
 
 class BatchAssembler:
@@ -128,7 +124,7 @@ class BatchAssembler:
                 if key not in arrays.derived:
                     arrays.derived[key] = shared_arrays(
                         arrays.folder, f"{arrays.fingerprint}@{key}",
-                        derived_parts(arrays, ptr, dataset), group=arrays.fingerprint)
+                        batch_parts(arrays.load, ptr, dataset), group=arrays.fingerprint)
             derived = arrays.derived[key]
             self.memory = {k: torch.from_numpy(v) for k, v in derived.items()}
             for kind in ("atoms", "edges"):

@@ -31,13 +31,20 @@ def cache_folder(store_folder: Path, key: str) -> Path:
     return store_folder / FOLDER / hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
+Parts = dict[str, Callable[[], dict[str, np.ndarray]]]  # each call returns some of the arrays
+
+
+def merge_parts(parts: Parts) -> dict[str, np.ndarray]:
+    """Every part's arrays, computed at once."""
+    return {k: v for part in parts.values() for k, v in part().items()}
+
+
 def _map(folder: Path) -> dict[str, np.ndarray]:
     names = json.loads((folder / COMPLETE).read_text())["names"]
     return {k: np.load(folder / f"{k}.npy", mmap_mode="c") for k in names}
 
 
-def shared_arrays(store_folder: Path, key: str,
-                  parts: dict[str, Callable[[], dict[str, np.ndarray]]], group: str = ""
+def shared_arrays(store_folder: Path, key: str, parts: Parts, group: str = ""
                   ) -> dict[str, np.ndarray]:
     """The arrays of `key`, memory-mapped from the store's cache. The first rank to get here
     computes them part by part (each call of `parts` returns some of them) and writes each
@@ -51,19 +58,18 @@ def shared_arrays(store_folder: Path, key: str,
         folder.parent.mkdir(parents=True, exist_ok=True)
         lock = open(folder.parent / f"{folder.name}.lock", "w")
     except OSError:
-        return {k: v for part in parts.values() for k, v in part().items()}
+        return merge_parts(parts)
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (folder / COMPLETE).is_file():
             try:
                 _write(folder, parts, key, group)
             except OSError:  # a full or read-only disk: this process keeps its own
-                return {k: v for part in parts.values() for k, v in part().items()}
+                return merge_parts(parts)
         return _map(folder)
 
 
-def _write(folder: Path, parts: dict[str, Callable[[], dict[str, np.ndarray]]],
-           key: str, group: str) -> None:
+def _write(folder: Path, parts: Parts, key: str, group: str) -> None:
     tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

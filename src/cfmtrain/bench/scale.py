@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import csv
+import contextlib
 import json
 import os
 import shutil
@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import psutil
 
 from cfmtrain.bench.scale_figure import plot_scale
@@ -38,7 +39,7 @@ from cfmtrain.measure.paired import run_rounds
 
 COLUMNS = ("graphs", "stage", "seconds", "peak_rss_gb", "pss_gb_all_ranks", "disk_gb",
            "data_wait_share", "epoch_share", "ratio_median", "ratio_p10", "ratio_p90", "rounds")
-SHARD_GRAPHS = 20_000  # frames per shard: a graph job stays well under 1 GB
+SHARD_GRAPHS = 20_000  # frames per shard: jobs of ~20 s each (memory is bounded at any size)
 MODEL = ('model.hidden_irreps="16x0e+16x1o"', "model.max_ell=2", "model.correlation=3",
          "model.radial_mlp=[32, 32]")
 GB = 1e9
@@ -113,47 +114,44 @@ def graph_scaling(frames: Path, scratch: Path, logs: Path, rounds: int) -> dict:
     one build after the other against both at once; the ratio is the speed-up of the pair."""
     source = sorted(frames.glob("frames_*.extxyz"))[0]
 
-    def build(k: int) -> subprocess.Popen:
-        return subprocess.Popen(_cfmtrain("graphs", "--input", source, "--output",
-                                          scratch / f"shard_{k:04d}.h5", "--dataset", "scale"),
-                                stdout=open(logs / f"scaling_{k}.log", "w"),
-                                stderr=subprocess.STDOUT)
-
-    def wait(*procs: subprocess.Popen) -> None:
-        for p in procs:
-            if p.wait():
+    def builds(*shards: int) -> None:
+        """`cfmtrain graphs` of `source` into each of `shards`, all at once, waited for."""
+        with contextlib.ExitStack() as stack:
+            procs = [subprocess.Popen(
+                _cfmtrain("graphs", "--input", source, "--output", scratch / f"shard_{k}.h5",
+                          "--dataset", "scale"),
+                stdout=stack.enter_context(open(logs / f"scaling_{k}.log", "w")),
+                stderr=subprocess.STDOUT) for k in shards]
+            if any(p.wait() for p in procs):
                 raise RuntimeError(f"cfmtrain graphs failed; see {logs}/scaling_*.log")
 
-    result = run_rounds({"1 process": lambda: (wait(build(0)), wait(build(1)))[0],
-                         "2 processes": lambda: wait(build(0), build(1))}, rounds)
+    def one_after_other() -> None:
+        builds(0)
+        builds(1)
+
+    result = run_rounds({"1 process": one_after_other, "2 processes": lambda: builds(0, 1)},
+                        rounds)
     shutil.rmtree(scratch, ignore_errors=True)
     return {"stage": "graphs_2_processes",
             "seconds": float(np.median(result.times("2 processes"))),
             **result.ratio("1 process", "2 processes").columns()}
 
 
-def step_rows(path: Path) -> dict[str, np.ndarray]:
-    """steps.csv's columns as float arrays."""
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
-
-
 def training_rows(run: Path, launched_at: float, launch: dict) -> list[dict]:
     """The stages read from a run's timeline.json and steps.csv (module docstring)."""
     timeline = json.loads((run / "timeline.json").read_text())
-    steps = step_rows(run / "steps.csv")
-    timed_steps = steps["step"] > 0  # the first step pays one-time costs
-    data, step = steps["data_s"][timed_steps], steps["step_s"][timed_steps]
-    rank0 = timed_steps & (steps["rank"] == 0)
+    steps = pd.read_csv(run / "steps.csv")
+    timed_steps = steps[steps.step > 0]  # the first step pays one-time costs
+    data, step = timed_steps.data_s, timed_steps.step_s
+    rank0 = timed_steps[timed_steps["rank"] == 0].step_s
     plan = float(np.median(timeline["epoch_plan_s"]))
-    epoch = timeline["steps_per_epoch"] * float(np.median(steps["step_s"][rank0]))
+    epoch = timeline["steps_per_epoch"] * float(rank0.median())
     memory = {k: launch[k] for k in ("peak_rss_gb", "pss_gb_all_ranks")}
     return [
         {"stage": "open", "seconds": timeline["open_s"]},
         {"stage": "statistics", "seconds": timeline["statistics_s"]},
         {"stage": "first_step", "seconds": timeline["first_step_at"] - launched_at, **memory},
-        {"stage": "steps", "seconds": float(steps["step_s"][rank0].sum()),
+        {"stage": "steps", "seconds": float(rank0.sum()),
          "data_wait_share": float(data.sum() / (data.sum() + step.sum())), **memory},
         {"stage": "epoch_overhead", "seconds": plan, "epoch_share": plan / epoch},
     ]

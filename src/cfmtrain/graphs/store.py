@@ -102,12 +102,12 @@ def write_shard(path: str | os.PathLike, graphs: Iterable[dict], *, cutoff: floa
         _append_block(path, f, _collect(block, subset_names), table)
         num_atoms = np.asarray(table["num_atoms"], np.int64)
         num_edges = np.asarray(table["num_edges"], np.int64)
-        _dataset(f, "num_atoms", num_atoms)
-        _dataset(f, "num_edges", num_edges)
-        _dataset(f, "num_receivers", np.asarray(table["num_receivers"], np.int64))
-        _dataset(f, "subsets", np.asarray(table["subsets"], np.int16))
+        _append(f, "num_atoms", num_atoms)
+        _append(f, "num_edges", num_edges)
+        _append(f, "num_receivers", np.asarray(table["num_receivers"], np.int64))
+        _append(f, "subsets", np.asarray(table["subsets"], np.int16))
         for name, counts in (("atom_offsets", num_atoms), ("edge_offsets", num_edges)):
-            _dataset(f, name, np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]))
+            _append(f, name, np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]))
         manifest = {"graphs": len(num_atoms), "atoms": int(num_atoms.sum()),
                     "edges": int(num_edges.sum()),
                     "unit_shifts": f["unit_shifts"].dtype.name}
@@ -213,21 +213,6 @@ def _append(f: h5py.File, name: str, data: np.ndarray, axis: int = 0) -> None:
     d.resize(at + data.shape[axis], axis=axis)
     if data.shape[axis]:
         d[(slice(None),) * axis + (slice(at, None),)] = data
-
-
-def _dataset(f: h5py.File, name: str, data: np.ndarray, axis: int = 0) -> None:
-    """`data` as a chunked dataset (about CHUNK_BYTES a chunk) with Fletcher-32 checksums."""
-    rows = data.shape[axis]
-    row_bytes = max(1, data.nbytes // rows) if rows else data.dtype.itemsize
-    chunks = list(data.shape)
-    chunks[axis] = max(1, min(rows, CHUNK_BYTES // row_bytes))
-    maxshape = None
-    if rows == 0:  # a chunk may not exceed a fixed dimension of size 0
-        maxshape = list(data.shape)
-        maxshape[axis] = None
-        maxshape = tuple(maxshape)
-    f.create_dataset(name, data=data, chunks=tuple(chunks) if data.ndim else None,
-                     maxshape=maxshape, fletcher32=bool(data.ndim))
 
 
 def shard_files(path: str | os.PathLike) -> list[Path]:

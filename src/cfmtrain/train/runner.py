@@ -113,7 +113,8 @@ def run_epoch(run: Run, epoch: int, skip: int, partial: dict | None, stop: StopF
     last_epoch = epoch + 1 >= cfg.epochs
 
     def on_step(done: int, record: StepRecord) -> bool:
-        run.timeline.setdefault("first_step_at", time.time())
+        if "first_step_at" not in run.timeline:
+            run.timeline["first_step_at"] = time.time()
         pending.append(record)
         bar.update(1)
         budget = 0 < cfg.max_steps <= run.global_step and not (last_epoch and done == steps)
