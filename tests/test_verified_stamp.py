@@ -84,3 +84,31 @@ def test_a_shard_corrupted_in_place_after_its_stamp_is_refused_on_read(tmp_path)
     store = GraphStore(path)
     with pytest.raises(ShardError, match=r"shard_0000\.h5"):
         store[0]
+
+
+def test_a_stamped_open_reads_the_stamp_alone_and_gets_the_files_table(tmp_path, monkeypatch):
+    path = shard(tmp_path / "shard_0000.h5", count=6)
+    checked = GraphStore(path)  # checks the file, writes the stamp
+    opened = []
+    real = store_module.open_shard
+    monkeypatch.setattr(store_module, "open_shard", lambda p: opened.append(p) or real(p))
+    again = GraphStore(path)
+    assert opened == [], "the per-graph table and attributes come from the stamp"
+    for key in ("num_atoms", "num_edges", "subsets"):
+        np.testing.assert_array_equal(getattr(again, key), getattr(checked, key))
+    with h5py.File(path, "r") as f:
+        np.testing.assert_array_equal(again.num_atoms, f["num_atoms"][:])
+        np.testing.assert_array_equal(again.num_receivers, f["num_receivers"][:])
+    assert (again.cutoff, again.subset_names, again.fingerprint) == (
+        checked.cutoff, checked.subset_names, checked.fingerprint)
+
+
+@pytest.mark.parametrize("stamp", [b'{"format_version": 2, "bytes": 1, "mtime_ns": 1}',
+                                   b"PK\x03\x04 truncated", b""])
+def test_an_unreadable_or_older_stamp_means_the_shard_is_checked_again(tmp_path, passes, stamp):
+    path = shard(tmp_path / "shard_0000.h5")
+    stamp_path = tmp_path / "shard_0000.h5.verified"
+    stamp_path.write_bytes(stamp)
+    assert not verified(path)
+    GraphStore(path)
+    assert len(passes) == 1 and verified(path), "checked, and stamped anew"

@@ -39,7 +39,7 @@ from cfmtrain.frames.validate import (
     atoms_problems,
 )
 from cfmtrain.graphs.provenance import shard_provenance
-from cfmtrain.graphs.store import open_shard, read_table, write_shard
+from cfmtrain.graphs.store import open_shard, shard_table, write_shard
 from cfmtrain.paper import CUTOFF
 
 NO_EDGES = "graphs without edges"  # counted, not skipped: a dissociated dimer is valid data
@@ -147,8 +147,8 @@ def build_shard(source: Path, output: Path, cutoff: float, skip_invalid: bool = 
     provenance = shard_provenance(source, dataset, cutoff)
     count = write_shard(output, graphs, cutoff=cutoff,
                         attrs={"source": str(source), "provenance": json.dumps(provenance)})
-    with open_shard(output) as f:  # verified once here (and stamped): opens then skip edges
-        read_table(output, f, check_edges=True)
+    shard_table(output)  # verified once here, and stamped: later opens read the stamp alone
+    with open_shard(output) as f:
         manifest = json.loads(f.attrs["manifest"])
     no_edges = counts.pop(NO_EDGES, 0)
     return {"source": str(source), "output": str(output), "cutoff": cutoff, "graphs": count,

@@ -12,11 +12,12 @@ against every dataset's shape and the offsets, and every edge index against its 
 count (vectorised, one pass over edge_index). Any failure, at open or on a later read, is a
 ShardError naming the file (and the graph where there is one).
 
-The edge pass runs once per shard file, not at every open: when it passes, a stamp beside the
-shard (`shard_0000.h5.verified`) records the file's size and modification time. An open whose
-stamp matches reads only the per-graph table; a shard rewritten since (another size or time) is
-verified again, and a shard corrupted in place is still caught by the Fletcher-32 checksums on
-the reads that touch it. `cfmtrain graphs` verifies (and stamps) each shard it writes.
+The checks run once per shard file, not at every open: when they pass, a stamp beside the
+shard (`shard_0000.h5.verified`, a small .npz) records the file's size and modification time
+with its checked per-graph table and attributes. An open whose stamp matches reads the stamp
+alone, not the shard; a shard rewritten since (another size or time) is checked again, and a
+shard corrupted in place is still caught by the Fletcher-32 checksums on the reads that touch
+it. `cfmtrain graphs` verifies (and stamps) each shard it writes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -270,10 +272,30 @@ def read_table(path: str | os.PathLike, f: h5py.File, check_edges: bool = True
     if len(bad):
         raise ShardError(path, f"subset id {int(table['subsets'][bad[0]])} beyond the "
                          f"{len(names)} subset names", int(bad[0]))
-    if check_edges and not verified(path):
+    if check_edges:
         check_edge_index(path, f, table["num_atoms"], table["edge_offsets"])
-        stamp_verified(path)
     return table
+
+
+def shard_table(path: str | os.PathLike, check_edges: bool = True
+                ) -> tuple[dict[str, np.ndarray], dict]:
+    """A shard's checked per-graph table (`read_table`) and its attributes: `cutoff`,
+    `subset_names`, `provenance` (or None) and `id`. A shard whose stamp matches it is read
+    from the stamp alone; otherwise from the file, and stamped if its edges were checked."""
+    stamped = _read_stamp(path)
+    if stamped is not None:
+        return stamped
+    with open_shard(path) as f, shard_errors(path):
+        table = read_table(path, f, check_edges)
+        cutoff = float(f.attrs["cutoff"])
+        origin = json.loads(f.attrs["provenance"]) if "provenance" in f.attrs else None
+        attrs = {"cutoff": cutoff, "subset_names": json.loads(f.attrs["subset_names"]),
+                 "provenance": origin,
+                 "id": origin["id"] if origin else provenance.table_id(table, f["energy"][:],
+                                                                       cutoff)}
+    if check_edges:
+        _write_stamp(path, table, attrs)
+    return table, attrs
 
 
 def _stamp_path(path: str | os.PathLike) -> Path:
@@ -288,17 +310,31 @@ def _file_state(path: str | os.PathLike) -> dict:
 def verified(path: str | os.PathLike) -> bool:
     """True if the shard's edge indices passed the check as the file is now (its stamp matches
     its size and modification time)."""
+    return _read_stamp(path) is not None
+
+
+def _read_stamp(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict] | None:
+    """The table and attributes the stamp holds, if it matches the shard as it is now (None
+    for a missing, unreadable, older or mismatched stamp: the shard is then checked again)."""
     try:
-        return json.loads(_stamp_path(path).read_text()) == _file_state(path)
-    except (OSError, ValueError):
-        return False
+        with np.load(_stamp_path(path), allow_pickle=False) as stamp:
+            arrays = {k: stamp[k] for k in stamp.files}
+        meta = json.loads(str(arrays.pop("meta")))
+        if meta["state"] != _file_state(path):
+            return None
+        return arrays, meta["attrs"]
+    except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile):
+        return None
 
 
-def stamp_verified(path: str | os.PathLike) -> None:
-    """Record that the shard as it is now passed the edge check (skipped on a read-only
-    folder: the check then runs at every open, as before)."""
-    with contextlib.suppress(OSError), atomic_path(_stamp_path(path)) as tmp:
-        tmp.write_text(json.dumps(_file_state(path)))
+def _write_stamp(path: str | os.PathLike, table: dict[str, np.ndarray], attrs: dict) -> None:
+    """Record that the shard as it is now passed its checks, with its table and attributes,
+    so that later opens read this small file alone (skipped on a read-only folder: the
+    checks then run at every open)."""
+    meta = json.dumps({"state": _file_state(path), "attrs": attrs})
+    with contextlib.suppress(OSError), atomic_path(_stamp_path(path)) as tmp, \
+            open(tmp, "wb") as out:
+        np.savez(out, meta=np.array(meta), **table)
 
 
 def check_edge_index(path: str | os.PathLike, f: h5py.File, num_atoms: np.ndarray,
@@ -350,14 +386,11 @@ class GraphStore:
         self._atom_offsets, self._edge_offsets = [], []
         self.cutoff: float | None = None
         for file in self.files:
-            with open_shard(file) as f, shard_errors(file):
-                table = read_table(file, f, check_edges)
-                self._check_cutoff(file, f)
-                local = json.loads(f.attrs["subset_names"])
-                origin = json.loads(f.attrs["provenance"]) if "provenance" in f.attrs else None
-                self.origins.append(origin)
-                self.shard_ids.append(origin["id"] if origin else provenance.table_id(
-                    table, f["energy"][:], self.cutoff))
+            table, attrs = shard_table(file, check_edges)
+            self._check_cutoff(file, attrs["cutoff"])
+            local = attrs["subset_names"]
+            self.origins.append(attrs["provenance"])
+            self.shard_ids.append(attrs["id"])
             for n in local:
                 if n not in names:
                     names.append(n)
@@ -405,10 +438,10 @@ class GraphStore:
         """The data set each shard records (None for a shard written without provenance)."""
         return [o["dataset"] if o else None for o in self.origins]
 
-    def _check_cutoff(self, file: Path, f: h5py.File) -> None:
-        if self.cutoff is not None and f.attrs["cutoff"] != self.cutoff:
-            raise ShardError(file, f"cutoff {f.attrs['cutoff']} differs from {self.cutoff}")
-        self.cutoff = float(f.attrs["cutoff"])
+    def _check_cutoff(self, file: Path, cutoff: float) -> None:
+        if self.cutoff is not None and cutoff != self.cutoff:
+            raise ShardError(file, f"cutoff {cutoff} differs from {self.cutoff}")
+        self.cutoff = cutoff
 
     def __len__(self) -> int:
         return int(self._starts[-1])
