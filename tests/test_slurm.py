@@ -1,7 +1,7 @@
 """A real Slurm: scripts/slurm/start.sh starts munged, slurmctld and slurmd on 127.0.0.1 (a
 private state folder and free ports), then `snakemake --profile slurm`, run from the repository
 root, trains a tiny ablation cell as one 2-task job whose ranks `cfmtrain launch` starts with srun,
-and a plain sbatch job checks the ranks' environment, their gloo all-reduce and SIGTERM
+runs the `scale` target with its graph shards as job arrays, and a plain sbatch job checks the ranks' environment, their gloo all-reduce and SIGTERM
 forwarding; stop.sh stops exactly the daemons start.sh recorded, also when a test fails.
 
 Needs root and Debian's Slurm (`bash scripts/slurm/install.sh`); without them the test fails
@@ -277,30 +277,40 @@ def test_tiny_ablation_cell_through_slurm(slurm_env, runs):
     assert (work / "results/train/mini/baseline/r2/final.model").stat().st_size > 0
 
 
-def test_graph_shards_go_as_one_job_array(slurm_env, tmp_path):
-    """A data set's graph shards fan out as one Slurm job array (the profile's
-    slurm-array-jobs), not one sbatch call per shard; each task asks the profile's 1 GB."""
-    work = tmp_path / "array"
+def test_the_scale_target_fans_out_as_job_arrays(slurm_env, tmp_path):
+    """`snakemake --profile slurm scale`: each count's graph shards go as a Slurm job array
+    (the profile's slurm-array-jobs), not one sbatch call per shard, each task asking the
+    profile's 1 GB; the short training is one 2-task job whose ranks srun starts; the table
+    is collected from the jobs' records."""
+    work = tmp_path / "scale"
     work.mkdir()
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    config["datasets"] = {"crystals": {"kind": "generated", "preset": "crystals", "graphs": 60,
-                                       "shards": 3, "seed": 0}}
-    config["targets"] = ["crystals"]
+    config["scale"] = {"graphs": [200, 300], "steps": 3, "shard_graphs": 100}
     (work / "c.yaml").write_text(yaml.safe_dump(config))
     log = work / "snakemake.log"
-    proc = snakemake_slurm(slurm_env, log, "results/graphs/crystals/split.npz", "--configfile",
-                           str(work / "c.yaml"), "--directory", str(work))
+    proc = snakemake_slurm(slurm_env, log, "scale", "--configfile", str(work / "c.yaml"),
+                           "--directory", str(work))
     try:
-        out = finish(proc, log, slurm_env)
+        out = finish(proc, log, slurm_env, timeout=900)
     finally:
         stop(proc, log, slurm_env)
     arrays = re.findall(r"Submitted array job with Snakemake IDs ([\d,]+) and SLURM job ID "
-                        r"(\d+)\. The individual task IDs are 1-3\.", out)
-    assert len(arrays) == 1 and len(arrays[0][0].split(",")) == 3, out[-4000:]
-    job = scontrol_job(arrays[0][1], slurm_env)
-    assert job["JobState"] == "COMPLETED" and job["ArrayJobId"] == arrays[0][1], job
-    memory = int(re.fullmatch(r"(\d+)M", job["MinMemoryNode"]).group(1))
-    assert 1000 <= memory <= 2000, job  # the profile's 1 GB (and the plugin's array payload)
-    for k in range(3):
-        assert (work / f"results/graphs/crystals/shard_{k:04d}.h5").stat().st_size > 0
-    assert (work / "results/graphs/crystals/split.npz").is_file()
+                        r"(\d+)\. The individual task IDs are 1-(\d+)\.", out)
+    assert sum(int(tasks) for _, _, tasks in arrays) == 5, out[-4000:]  # 2 + 3 shards
+    assert not re.search(r"SLURM jobid \d+ \(log: \S+/rule_graph_shard/", out), out[-4000:]
+    for _, job_id, _ in arrays:
+        job = scontrol_job(job_id, slurm_env)
+        assert job["JobState"] == "COMPLETED" and job["ArrayJobId"] == job_id, job
+        memory = int(re.fullmatch(r"(\d+)M", job["MinMemoryNode"]).group(1))
+        assert 1000 <= memory <= 2000, job  # the profile's 1 GB (and the plugin's array payload)
+    trainings = re.findall(r"SLURM jobid (\d+) \(log: \S+/rule_scale_train/", out)
+    assert len(trainings) == 2, out[-4000:]
+    for job_id in trainings:
+        job = scontrol_job(job_id, slurm_env)
+        assert job["JobState"] == "COMPLETED" and job["NumTasks"] == "2", job
+    for count in (200, 300):
+        assert "cfmtrain launch (srun): srun --ntasks=2" in (
+            work / f"logs/scale/scale_{count}.log").read_text()
+    rows = (work / "results/bench/scale.csv").read_text().splitlines()
+    assert {line.split(",")[:2][0] for line in rows[1:]} == {"200", "300"}
+    assert any(line.startswith("300,first_step,") for line in rows), rows

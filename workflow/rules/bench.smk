@@ -1,4 +1,5 @@
 # Benchmarks: each prints a table and writes results/bench/<name>_<preset>.csv.
+from cfmtrain.bench.scale import train_overrides
 
 
 rule bench_graphs:
@@ -31,21 +32,55 @@ rule bench_loader:
         " > {log:q} 2>&1"
 
 
-# The data path against the graph count (docs/scale.md); not in `all`: target `scale`.
+# The data path against the graph count (docs/scale.md); not in `all`: target `scale`. Each
+# count is a data set scale_<count> of the pipeline's own rules (generate, graph shards as a job
+# array under Slurm, split), trained briefly here; bench_scale reads their benchmark files.
+rule scale_train:
+    input:
+        shards=graph_shards,
+        split="results/graphs/{dataset}/split.npz",
+    output:
+        timeline="results/scale/{dataset}/timeline.json",
+        steps="results/scale/{dataset}/steps.csv",
+    log:
+        "logs/scale/{dataset}.log",
+    wildcard_constraints:
+        dataset=r"scale_\d+",
+    params:
+        graphs=graph_dirs,
+        folder=lambda wildcards, output: os.path.dirname(output.timeline),
+        cutoff=config["cutoff"],
+        settings=command(*train_overrides(SCALE["steps"])),
+    threads: 2
+    resources:
+        machine=ALONE,
+        tasks=2,
+        cpus_per_task=1,
+        mpi="srun",
+        srun_args="",
+    conda:
+        "../../envs/cfmtrain.yaml"
+    shell:
+        "python -m cfmtrain launch --ranks 2 --threads 1"
+        " --srun-args={resources.srun_args:q} -- train --graphs {params.graphs:q}"
+        " --split {input.split:q} --output {params.folder:q} --variant both"
+        " --dataset {wildcards.dataset:q} --cutoff {params.cutoff:q} {params.settings}"
+        " > {log:q} 2>&1"
+
+
 rule bench_scale:
+    input:
+        expand("results/scale/scale_{count}/timeline.json", count=SCALE["graphs"]),
     output:
         csv="results/bench/scale.csv",
         figure="results/figures/fig_scale.png",
     log:
         "logs/bench/scale.log",
     params:
-        graphs=config["scale"]["graphs"],
-        steps=config["scale"]["steps"],
-    resources:
-        machine=ALONE,
-    threads: 2  # 2 generate and graphs processes, then 2 training ranks
+        graphs=SCALE["graphs"],
+        steps=SCALE["steps"],
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain bench scale --graphs {params.graphs} --steps {params.steps}"
-        " --workers {threads} --output {output.csv:q} --figure {output.figure:q} > {log:q} 2>&1"
+        "python -m cfmtrain bench scale --from-pipeline . --graphs {params.graphs}"
+        " --steps {params.steps} --output {output.csv:q} --figure {output.figure:q} > {log:q} 2>&1"

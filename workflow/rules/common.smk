@@ -48,6 +48,14 @@ except ConfigError as err:
     raise ValueError(str(err)) from None
 
 DATASETS = config["datasets"]
+# the `scale` target's data sets: the crystals preset at each count (docs/scale.md)
+SCALE = config["scale"]
+for _count in SCALE["graphs"]:
+    if f"scale_{_count}" in DATASETS:
+        raise ValueError(f"config datasets: scale_{_count} is the name of a `scale` target's "
+                         "data set; rename it")
+    DATASETS[f"scale_{_count}"] = {"kind": "generated", "preset": "crystals", "graphs": _count,
+                                   "seed": 0, "shards": -(-_count // SCALE["shard_graphs"])}
 # A timed job (benchmark, sweep, training cell) declares resources machine=ALONE: it holds the
 # whole machine, against profiles/local's limit machine=100 where every other job takes 1
 # (default-resources), so no job starts beside a timing and none times beside another. Under

@@ -31,6 +31,8 @@ rule split:
         "results/graphs/{dataset}/split.npz",
     log:
         "logs/graphs/{dataset}/split.log",
+    benchmark:
+        "benchmarks/split/{dataset}.tsv"
     params:
         graphs=graph_dirs,
         valid=config["split"]["valid"],

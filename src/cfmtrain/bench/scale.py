@@ -4,15 +4,22 @@ For each `--graphs` count it generates the crystals preset (shard by shard, in p
 builds the graph shards (one `cfmtrain graphs` process per shard, `--workers` at a time), splits
 them and trains `both` on `--ranks` ranks for `--steps` steps, each stage as the pipeline runs it
 (the project's own commands, in subprocesses). A row per count and stage gives its wall time,
-its peak RSS (the largest single process, from the kernel's accounting), the PSS summed over
-the training ranks (sampled), the disk it wrote, and on the `steps` row the share of step time
-spent waiting for data. Stages from the training run's timeline.json: `open` (the store),
-`statistics` (E0s, mean, std, neighbours, and the model's construction), `first_step` (launch
-to the end of the first step), `steps` (the timed steps after the first) and `epoch_overhead`
-(the per-epoch plan: sampler, balancer and loader; `epoch_share` is its share of the epoch's
+its peak RSS (the largest single process, from the kernel's accounting; for training, the
+largest rank's), the PSS summed over the training ranks at the end of training, the disk it
+wrote, and on the `steps` row the share of step time spent waiting for data.
+
+Stages from the training run's timeline.json: `open` (the store), `statistics` (E0s, mean,
+std, neighbours, and the model's construction), `first_step` (from `cfmtrain launch` to the
+end of the first step), `steps` (the timed steps after the first) and `epoch_overhead` (the
+per-epoch plan: sampler, balancer and loader; `epoch_share` is its share of the epoch's
 projected time, steps per epoch x median step time). `graphs_2_processes`, at the smallest
 count: graph building in 2 processes against 1, as the median of paired rounds with its 10-90%
 range (ideal: 2).
+
+`--from-pipeline DIR` reads the same rows from the jobs of the Snakemake target `scale` (which
+fans the data sets' graph shards out as job arrays under Slurm): generate, graphs and split from
+their `benchmark:` files (graphs: the summed time of its shard jobs; peak RSS over a job's
+processes), the training stages from `results/scale/scale_<count>/`.
 """
 
 from __future__ import annotations
@@ -25,13 +32,11 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import psutil
 
 from cfmtrain.bench.scale_figure import plot_scale
 from cfmtrain.bench.table import report
@@ -49,41 +54,17 @@ def _cfmtrain(*words: object) -> list[str]:
     return [sys.executable, "-m", "cfmtrain", *map(str, words)]
 
 
-def timed(command: list[str], log: Path, sample_pss: bool = False) -> dict:
-    """Run `command` (output to `log`); its wall time, peak RSS of its largest process
-    (wait4's ru_maxrss covers the waited-for descendants) and, if `sample_pss`, the peak of
-    its process tree's summed PSS (sampled every 0.2 s). A failure raises, naming the log."""
+def timed(command: list[str], log: Path) -> dict:
+    """Run `command` (output to `log`); its wall time and the peak RSS of its largest process
+    (wait4's ru_maxrss covers the waited-for descendants). A failure raises, naming the log."""
     t0 = time.perf_counter()
     with open(log, "w") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    peak = {"pss": 0.0}
-    done = threading.Event()
-
-    def sample() -> None:
-        root = psutil.Process(proc.pid)
-        while not done.wait(0.2):
-            total = 0
-            for p in [root, *root.children(recursive=True)]:
-                try:
-                    total += p.memory_full_info().pss
-                except (psutil.Error, OSError):
-                    pass
-            peak["pss"] = max(peak["pss"], total)
-
-    sampler = threading.Thread(target=sample, daemon=True) if sample_pss else None
-    if sampler:
-        sampler.start()
-    try:  # wait4 on the pid: Popen.wait would not return the resource usage
-        _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        done.set()
+    _, status, usage = os.wait4(proc.pid, 0)  # Popen.wait would not return the usage
     proc.returncode = os.waitstatus_to_exitcode(status)
-    if sampler:
-        sampler.join()
     if proc.returncode:
         raise RuntimeError(f"{' '.join(command)} failed ({proc.returncode}); see {log}")
-    return {"seconds": time.perf_counter() - t0, "peak_rss_gb": usage.ru_maxrss * 1024 / GB,
-            "pss_gb_all_ranks": peak["pss"] / GB if sample_pss else float("nan")}
+    return {"seconds": time.perf_counter() - t0, "peak_rss_gb": usage.ru_maxrss * 1024 / GB}
 
 
 def disk_gb(path: Path) -> float:
@@ -137,7 +118,7 @@ def graph_scaling(frames: Path, scratch: Path, logs: Path, rounds: int) -> dict:
             **result.ratio("1 process", "2 processes").columns()}
 
 
-def training_rows(run: Path, launched_at: float, launch: dict) -> list[dict]:
+def training_rows(run: Path) -> list[dict]:
     """The stages read from a run's timeline.json and steps.csv (module docstring)."""
     timeline = json.loads((run / "timeline.json").read_text())
     steps = pd.read_csv(run / "steps.csv")
@@ -146,15 +127,55 @@ def training_rows(run: Path, launched_at: float, launch: dict) -> list[dict]:
     rank0 = timed_steps[timed_steps["rank"] == 0].step_s
     plan = float(np.median(timeline["epoch_plan_s"]))
     epoch = timeline["steps_per_epoch"] * float(rank0.median())
-    memory = {k: launch[k] for k in ("peak_rss_gb", "pss_gb_all_ranks")}
+    memory = {k: timeline[k] for k in ("peak_rss_gb", "pss_gb_all_ranks")}
     return [
         {"stage": "open", "seconds": timeline["open_s"]},
         {"stage": "statistics", "seconds": timeline["statistics_s"]},
-        {"stage": "first_step", "seconds": timeline["first_step_at"] - launched_at, **memory},
+        {"stage": "first_step", "seconds": timeline["first_step_at"] - timeline["launched_at"],
+         **memory},
         {"stage": "steps", "seconds": float(rank0.sum()),
          "data_wait_share": float(data.sum() / (data.sum() + step.sum())), **memory},
         {"stage": "epoch_overhead", "seconds": plan, "epoch_share": plan / epoch},
     ]
+
+
+def train_overrides(steps: int) -> list[str]:
+    """The `train` options of the timed run: `steps` steps of one epoch, the reduced model."""
+    return [w for s in (f"max_steps={steps}", "epochs=1", "threads=1", "progress=false", *MODEL)
+            for w in ("--set", s)]
+
+
+def job_benchmarks(*files: Path) -> dict:
+    """Stage seconds (summed over the jobs) and the largest job's peak RSS (all its processes)
+    from Snakemake `benchmark:` files; a missing file raises, naming it."""
+    if not files:
+        raise FileNotFoundError("no benchmark file of the stage's jobs")
+    tables = [pd.read_csv(f, sep="\t") for f in files]
+    return {"seconds": float(sum(t.s.sum() for t in tables)),
+            "peak_rss_gb": max(float(t.max_rss.max()) for t in tables) * 2**20 / GB}
+
+
+def pipeline_rows(count: int, root: Path) -> list[dict]:
+    """The rows of `count` graphs from the `scale` target's jobs run under `root` (the
+    Snakemake working directory), data set `scale_<count>`: generate, graphs (its shard jobs'
+    summed time) and split from the jobs' benchmark files, training from its run folder."""
+    name, bench = f"scale_{count}", root / "benchmarks"
+    shards = sorted((bench / "graphs" / name).glob("shard_*.tsv"))
+    if not shards:
+        raise FileNotFoundError(f"{bench / 'graphs' / name}: no benchmark of a graph job")
+    rows = [{"stage": "generate", **job_benchmarks(bench / "frames" / f"{name}.tsv"),
+             "disk_gb": disk_gb(root / "results/data" / name / "frames")},
+            {"stage": "graphs", **job_benchmarks(*shards),
+             "disk_gb": disk_gb(root / "results/graphs" / name)},
+            {"stage": "split", **job_benchmarks(bench / "split" / f"{name}.tsv")},
+            *training_rows(root / "results/scale" / name)]
+    return table_rows(count, rows)
+
+
+def table_rows(count: int, rows: list[dict]) -> list[dict]:
+    """`rows` of one count with every column (NaN where a stage has no value)."""
+    return [{"graphs": count, **{k: row.get(k, float("nan")) for k in COLUMNS[1:]}}
+            for row in rows]
 
 
 def measure(count: int, work: Path, steps: int, ranks: int, workers: int,
@@ -177,16 +198,10 @@ def measure(count: int, work: Path, steps: int, ranks: int, workers: int,
     split = timed(_cfmtrain("split", "--graphs", graphs, "--output", graphs / "split.npz",
                             "--valid", 0.01, "--test", 0.01, "--seed", 0), logs / "split.log")
     rows.append({"stage": "split", **split})
-    overrides = [w for s in (f"max_steps={steps}", "epochs=1", "threads=1", "progress=false",
-                             *MODEL) for w in ("--set", s)]
-    launched_at = time.time()
-    launch = timed(_cfmtrain("launch", "--ranks", ranks, "--threads", 1, "train", "--graphs",
-                             graphs, "--split", graphs / "split.npz", "--output", run,
-                             "--variant", "both", "--dataset", "scale", *overrides),
-                   logs / "train.log", sample_pss=True)
-    rows += training_rows(run, launched_at, launch)
-    return [{"graphs": count, **{k: row.get(k, float("nan")) for k in COLUMNS[1:]}}
-            for row in rows]
+    timed(_cfmtrain("launch", "--ranks", ranks, "--threads", 1, "train", "--graphs", graphs,
+                    "--split", graphs / "split.npz", "--output", run, "--variant", "both",
+                    "--dataset", "scale", *train_overrides(steps)), logs / "train.log")
+    return table_rows(count, rows + training_rows(run))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -204,19 +219,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, default=Path("results/bench/scale.csv"))
     parser.add_argument("--figure", type=Path, default=Path("results/figures/fig_scale.png"))
     parser.add_argument("--keep", action="store_true", help="keep the data of each count")
+    parser.add_argument("--from-pipeline", type=Path, metavar="DIR",
+                        help="collect the rows from the jobs of the Snakemake target `scale` "
+                        "run in DIR instead of running the stages (no graphs_2_processes row)")
     parser.add_argument("--scaling-rounds", type=int, default=3,
                         help="paired rounds of graph building in 1 against 2 processes, on the "
                         "smallest count's first shard (default 3; 0: not measured)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Measure each count in turn, then print and write the table and draw the figure."""
+    """Measure (or collect) each count, then print and write the table and draw the figure."""
     rows = []
     counts = sorted(set(args.graphs))
     if counts[0] < 100:
         print(f"error: --graphs {counts[0]}: at least 100 graphs", file=sys.stderr)
         return 2
     for count in counts:
+        if args.from_pipeline:
+            rows += pipeline_rows(count, args.from_pipeline)
+            continue
         rows += measure(count, args.work, args.steps, args.ranks, args.workers,
                         args.shard_graphs, args.scaling_rounds if count == counts[0] else 0)
         if not args.keep:

@@ -25,6 +25,7 @@ PORT_BASE = 10000  # Slurm ports are PORT_BASE + job_id % PORT_SPAN: 10000..2999
 PORT_SPAN = 20000  # Linux ephemeral range (32768+), so a rendezvous port is never taken by chance
 DEFAULT_PORT = 29500  # torchrun's default, used only when nothing else is known
 TORCHRUN_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+LAUNCHED_AT = "CFMTRAIN_LAUNCHED_AT"  # `cfmtrain launch` sets it: when the ranks were launched
 
 
 class DistEnvError(ValueError):

@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from cfmtrain.dist.distenv import TORCHRUN_KEYS, available_cpus
+from cfmtrain.dist.distenv import LAUNCHED_AT, TORCHRUN_KEYS, available_cpus
 from cfmtrain.malloc_env import MALLOC_ENV
 
 # Slurm variables that identify the job (kept for a new step); every other SLURM_* describes the
@@ -214,8 +214,9 @@ def run(args: argparse.Namespace) -> int:
     threads = args.threads
     if threads is None and launch_mode(args.ranks, os.environ) == "srun":
         threads = allocation_cpus_per_task(os.environ)
+    environ = {**os.environ, LAUNCHED_AT: f"{time.time():.6f}"}  # the ranks' start-up clock
     try:
-        mode, argv, env = plan(args.ranks, threads, args.module, command, os.environ,
+        mode, argv, env = plan(args.ranks, threads, args.module, command, environ,
                                args.srun_args)
     except ValueError as err:
         raise SystemExit(f"cfmtrain launch: {err}") from None

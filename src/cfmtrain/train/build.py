@@ -5,6 +5,7 @@ mace-torch's parameter groups, LR scheduler, EMA and the batch sampler.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from torch_ema import ExponentialMovingAverage
 
 from cfmtrain.batches.data import GraphDataset, make_loader, nested_subset
 from cfmtrain.batches.prefetch import BatchLoader
-from cfmtrain.dist.distenv import DistEnv
+from cfmtrain.dist.distenv import LAUNCHED_AT, DistEnv
 from cfmtrain.graphs.provenance import split_digest
 from cfmtrain.graphs.split import check_split_for, read_split
 from cfmtrain.graphs.store import GraphStore
@@ -161,7 +162,8 @@ def build_run(cfg: TrainConfig, graphs: Path | list[Path], split: Path, out: Pat
     dtype = DTYPES[cfg.model.dtype]
     torch.set_default_dtype(dtype)
     t0 = time.perf_counter()
-    timeline = {"build_at": time.time()}
+    timeline = {"build_at": time.time()}  # and launched_at: `cfmtrain launch`'s clock, if any
+    timeline["launched_at"] = float(os.environ.get(LAUNCHED_AT) or timeline["build_at"])
     store = open_store(graphs, cutoff)
     timeline["open_s"] = time.perf_counter() - t0
     parts = load_parts(store, split, cfg, env.rank == 0)

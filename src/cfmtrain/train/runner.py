@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+import resource
 import signal
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
@@ -227,8 +229,19 @@ def _all_ranks(value: object) -> list:
     return [value]
 
 
+def _rank_memory() -> dict[str, float]:
+    """This process's peak RSS and its PSS now, in GB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # ru_maxrss: KiB
+    return {"peak_rss_gb": peak, "pss_gb": psutil.Process().memory_full_info().pss / 1e9}
+
+
 def write_timeline(run: Run) -> None:
-    """Rank 0's start-up and epoch-plan timings (Run.timeline) as timeline.json."""
+    """Rank 0's start-up and epoch-plan timings (Run.timeline) as timeline.json, with the
+    largest peak RSS of a rank and the ranks' summed PSS (shared pages counted once) now (a
+    collective)."""
+    usage = _all_ranks(_rank_memory())
+    run.timeline["peak_rss_gb"] = max(u["peak_rss_gb"] for u in usage)
+    run.timeline["pss_gb_all_ranks"] = sum(u["pss_gb"] for u in usage)
     if run.env.rank == 0:
         with atomic_path(run.out / "timeline.json") as tmp:
             tmp.write_text(json.dumps(run.timeline, indent=1))
