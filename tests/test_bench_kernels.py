@@ -28,8 +28,9 @@ def test_harness_end_to_end(tmp_path, monkeypatch):
     (with the radial MLP's last layer) in float64 (train_step, double backward) and of the
     whole model in float32 (forces; the fused one
     from the run's model cache), plus one configuration far too big for a 2.5 GiB address
-    space. (GFLOP/s of op rows: test_add_speedups_and_differences.)"""
-    monkeypatch.setitem(kernels.PRESETS, "test", {"reps": 5, "matrices": [
+    space; each fused row's paired speed-up from 2 rounds. (GFLOP/s of op rows:
+    test_add_speedups_and_differences.)"""
+    monkeypatch.setitem(kernels.PRESETS, "test", {"reps": 5, "rounds": 2, "matrices": [
         {"ops": (SC, "conv"), "models": ("tiny",), "impls": ("fused", "mace"), "atoms": (8,),
          "dtypes": ("float64",), "passes": ("train_step",), "cg": ("original",)},
         {"ops": ("model",), "models": ("tiny",), "impls": ("mace", "fused"), "atoms": (8,),
@@ -61,6 +62,9 @@ def test_harness_end_to_end(tmp_path, monkeypatch):
         fused, mace = (group[group["impl"] == i].iloc[0] for i in ("fused", "mace"))
         assert fused["speedup_vs_mace"] == pytest.approx(mace["median_s"] / fused["median_s"])
         assert mace["speedup_vs_mace"] == pytest.approx(1.0)
+        # paired rounds (both arms in one process): on the fused row, against mace-torch
+        assert fused["rounds"] == 2 and math.isnan(mace["ratio_median"])
+        assert 0 < fused["ratio_p10"] <= fused["ratio_median"] <= fused["ratio_p90"]
         tolerance = 1e-10 if dtype == "float64" else 1e-4
         assert 0 <= fused["max_rel_diff_vs_mace"] < tolerance, (op, dtype, kind)
         assert mace["max_rel_diff_vs_mace"] == 0

@@ -33,12 +33,12 @@ AXES = ("ops", "models", "cg", "atoms", "dtypes", "passes", "impls")
 # paper's size. Every run also measures the matmul peak of each dtype it uses (GFLOP/s column).
 PRESETS: dict[str, dict] = {
     # the default target's (a few minutes on 2 cores): each op and a whole step, small size
-    "quick": {"reps": 5, "matrices": [
+    "quick": {"reps": 5, "rounds": 5, "matrices": [
         {"ops": OPS, "impls": ("fused", "mace"), "atoms": (96,), "dtypes": ("float32",),
          "passes": ("train_step",), "cg": ("original",)}]},
     # the goals: the paper's size, 800 atoms, float32, double backward (3072: --atoms);
     # the whole step compiled too (about a minute of compiling, seconds from inductor's cache)
-    "goals": {"reps": 5, "matrices": [
+    "goals": {"reps": 5, "rounds": 7, "matrices": [
         {"ops": OPS, "impls": ("fused", "mace"), "atoms": (800,), "dtypes": ("float32",),
          "passes": ("train_step",), "cg": ("original",)},
         {"ops": ("model",), "impls": ("fused_compile",), "atoms": (800,),
@@ -50,7 +50,7 @@ PRESETS: dict[str, dict] = {
     # atoms where it runs: its aot_autograd has no double backward (no train_step rows), and
     # inductor's backward of the e3nn conv with edge-attribute gradients corrupts the heap in
     # torch 2.13 (no conv forward_backward row). The whole model under torch.compile: "compile".
-    "full": {"reps": 5, "matrices": [
+    "full": {"reps": 5, "rounds": 5, "matrices": [
         {"ops": ("symmetric_contraction", "conv"), "impls": ("fused", "mace"),
          "atoms": (200, 800), "dtypes": ("float32", "float64"), "passes": PASSES,
          "cg": ("original",)},
@@ -67,7 +67,7 @@ PRESETS: dict[str, dict] = {
          "passes": ("forward",), "cg": ("original",)}]},
     # the whole training step under torch.compile, mace-torch's ("compile") and the fused
     # model's ("fused_compile", kernels.compile); compiling takes minutes
-    "compile": {"reps": 5, "matrices": [
+    "compile": {"reps": 5, "rounds": 5, "matrices": [
         {"ops": ("model",), "impls": ("mace", "fused", "compile", "fused_compile"),
          "atoms": (800,),
          "dtypes": ("float32",), "passes": ("train_step",), "cg": ("original",)}]},
@@ -103,6 +103,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", nargs="+", choices=("paper", "tiny"),
                         help="model size: the paper's, or a tiny one to test the harness")
     parser.add_argument("--reps", type=_reps, help="timed repetitions (median reported, >= 5)")
+    parser.add_argument("--rounds", type=int, help="paired rounds of fused against mace-torch "
+                        "per configuration, both in one process (`bench compare`; 0: none)")
     parser.add_argument("--matmul-size", type=int, default=MATMUL_SIZE,
                         help="n of the n x n matmul whose GFLOP/s is the peak")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per config")
@@ -223,9 +225,44 @@ def _add_speedups(rows: list[dict]) -> None:
         r["pct_of_matmul_peak"] = 100.0 * r["gflop_s"] / peak.get(r["dtype"], float("nan"))
 
 
+PAIRED = ("ratio_median", "ratio_p10", "ratio_p90", "rounds")
+
+
+def add_paired(rows: list[dict], rounds: int, timeout: float) -> None:
+    """On each fused row with a mace-torch row of the same configuration (original CG basis):
+    the paired speed-up over mace-torch (PAIRED columns), from `cfmtrain bench compare` in a
+    subprocess: both arms in one process, `rounds` alternating rounds of one call each."""
+    key = ("op", "model", "cg", "atoms", "dtype", "pass")
+    mace = {tuple(r.get(k) for k in key) for r in rows
+            if r["impl"] == "mace" and r.get("status") == "ok"}
+    for r in rows:
+        r.update(dict.fromkeys(PAIRED, float("nan")))
+        if not (rounds and r["impl"] == "fused" and r.get("status") == "ok"
+                and r["cg"] == "original" and tuple(r.get(k) for k in key) in mace):
+            continue
+        with tempfile.TemporaryDirectory(prefix="cfmtrain-paired-") as tmp:
+            csv = Path(tmp) / "compare.csv"
+            done = subprocess.run(
+                [sys.executable, "-m", "cfmtrain", "bench", "compare", "--op", r["op"],
+                 "--arms", "mace", "fused", "--atoms", str(r["atoms"]), "--dtype", r["dtype"],
+                 "--pass", r["pass"], "--model", r["model"], "--rounds", str(rounds),
+                 "--calls", "1", "--csv", str(csv)], env={**CHILD_ENV, **os.environ,
+                                                          **MALLOC_ENV},
+                capture_output=True, text=True, timeout=timeout)
+            if done.returncode:
+                tail = (done.stdout + done.stderr).strip().splitlines()[-1:]
+                print(f"paired rounds of {r['op']} {r['pass']} at {r['atoms']} atoms failed: "
+                      f"{tail}", flush=True)
+                continue
+            import pandas as pd  # lazy: not in the children
+
+            fused = pd.read_csv(csv).set_index("arm").loc["fused"]
+        r.update({k: float(fused[k]) for k in PAIRED})
+
+
 COLUMNS = ["op", "model", "cg", "impl", "atoms", "edges", "dtype", "pass", "status", "median_s",
            "min_s", "median_cpu_s", "reps", "compile_s", "peak_rss_mb", "speedup_vs_mace",
-           "max_rel_diff_vs_mace", "flops", "gflop_s", "pct_of_matmul_peak", "threads",
+           *PAIRED, "max_rel_diff_vs_mace", "flops", "gflop_s", "pct_of_matmul_peak", "threads",
            "omp_wait_policy", "openblas_threads", "backend"]
 
 
@@ -246,6 +283,8 @@ def run(args: argparse.Namespace) -> int:
                                                       "peak_rss_mb")}), flush=True)
             rows.append(row)
     _add_speedups(rows)
+    rounds = PRESETS[args.preset]["rounds"] if args.rounds is None else args.rounds
+    add_paired(rows, rounds, args.timeout)
     report([{c: r.get(c) for c in COLUMNS} for r in rows], output,
            "Fused kernels vs mace-torch (median seconds per call)")
     plot_kernels([r for r in rows if r["impl"] != "matmul-peak"], figure)
