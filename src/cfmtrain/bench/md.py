@@ -5,7 +5,9 @@ Each configuration (system, model shape, atoms, implementation) runs in its own 
 (bench/md_worker.py): velocity Verlet at 1 fs, every step one energy+forces+stress call with its
 neighbour list, as `MACECalculator` does it. The CSV has per configuration the median, min and
 max seconds per step, steps/s, ns/day, peak memory, the speed-up against mace-torch's row of the
-same system, shape and size, and how far the first call's energy and forces are from it.
+same system, shape and size, and how far the first call's energy and forces are from it. A
+fused row also has the paired speed-up (`ratio_*`, `rounds`): a further child runs both models
+and alternates one MD step of each in shuffled rounds.
 
     cfmtrain bench md --preset goals   # -> results/bench/md_goals.csv, fig_md_goals.png
 """
@@ -19,7 +21,7 @@ import sys
 from pathlib import Path
 
 from cfmtrain.atomic import atomic_path
-from cfmtrain.bench.kernels import memory_limit, run_child
+from cfmtrain.bench.kernels import PAIRED, memory_limit, run_child
 from cfmtrain.bench.md_worker import SHAPES, SYSTEMS
 from cfmtrain.bench.table import report
 
@@ -27,17 +29,18 @@ IMPLS = ("fused", "mace")
 AXES = ("systems", "shapes", "atoms", "impls")
 PRESETS: dict[str, dict] = {
     # the test suite's: the harness end to end in seconds
-    "test": {"systems": ("fcc", "water"), "shapes": ("tiny",), "atoms": (100,), "steps": 3},
+    "test": {"systems": ("fcc", "water"), "shapes": ("tiny",), "atoms": (100,), "steps": 3,
+             "rounds": 2},
     # the MD goal: the MP-0 medium shape at 5k atoms, both systems
     "goals": {"systems": ("fcc", "water"), "shapes": ("mp0-medium",), "atoms": (5000,),
-              "steps": 5},
+              "steps": 5, "rounds": 5},
     # the full preset: 1k, 5k and 20k atoms, small and medium shapes
     "full": {"systems": ("fcc", "water"), "shapes": ("mp0-small", "mp0-medium"),
-             "atoms": (1000, 5000, 20000), "steps": 5},
+             "atoms": (1000, 5000, 20000), "steps": 5, "rounds": 5},
 }
 COLUMNS = ["system", "shape", "impl", "target_atoms", "atoms", "dtype", "status", "steps",
            "median_step_s", "min_step_s", "max_step_s", "median_cpu_s", "first_call_s",
-           "steps_per_s", "ns_per_day", "speedup_vs_mace", "peak_rss_mb", "rss_vs_mace",
+           "steps_per_s", "ns_per_day", "speedup_vs_mace", *PAIRED, "peak_rss_mb", "rss_vs_mace",
            "energy_rel_diff_vs_mace", "forces_rel_diff_vs_mace", "threads", "omp_wait_policy",
            "openblas_threads", "backend"]
 
@@ -52,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--atoms", nargs="+", type=int, help="about this many atoms per system")
     parser.add_argument("--impls", nargs="+", choices=IMPLS)
     parser.add_argument("--steps", type=int, help="timed MD steps (median reported, >= 3)")
+    parser.add_argument("--rounds", type=int, help="paired rounds of one MD step, fused against "
+                        "mace-torch in one process (default: the preset's; 0: none)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all CPUs)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per config")
@@ -98,6 +103,29 @@ def add_comparisons(rows: list[dict]) -> None:
         r["forces_rel_diff_vs_mace"] = max(
             _rel(r.get("forces_norm"), ref.get("forces_norm")),
             abs(r["forces_probe"] - ref["forces_probe"]) / ref["forces_norm"]) if good else nan
+
+
+def add_paired(rows: list[dict], rounds: int, timeout: float, limit: int) -> None:
+    """On each fused row with a mace-torch row of the same system, shape and size: the paired
+    speed-up (PAIRED columns) from a child running both models in one process, `rounds`
+    alternating rounds of one MD step each."""
+    key = ("system", "shape", "target_atoms", "dtype")
+    mace = {tuple(r[k] for k in key): r for r in rows
+            if r["impl"] == "mace" and r.get("status") == "ok"}
+    for r in rows:
+        r.update(dict.fromkeys(PAIRED, float("nan")))
+        ref = mace.get(tuple(r[k] for k in key))
+        if not (rounds and r["impl"] == "fused" and r.get("status") == "ok" and ref):
+            continue
+        config = {"system": r["system"], "shape": r["shape"], "atoms": r["target_atoms"],
+                  "impl": "paired", "rounds": rounds, "dtype": r["dtype"],
+                  "threads": r["threads"]}
+        paired = run_child(config, timeout, limit, module="cfmtrain.bench.md")
+        if paired.get("status") == "ok":
+            r.update({k: paired[k] for k in PAIRED})
+        else:
+            print(f"paired rounds of {r['system']} {r['shape']} failed: {paired['status']}",
+                  flush=True)
 
 
 def plot_md(rows: list[dict], path: str | Path) -> None:
@@ -149,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
                                                   "median_step_s", "peak_rss_mb")}), flush=True)
         rows.append(row)
     add_comparisons(rows)
+    rounds = PRESETS[args.preset]["rounds"] if args.rounds is None else args.rounds
+    add_paired(rows, rounds, args.timeout, limit)
     report([{c: r.get(c) for c in COLUMNS} for r in rows], output,
            "MD with MACECalculator: fused kernels vs mace-torch (seconds per 1 fs step)")
     plot_md(rows, figure)

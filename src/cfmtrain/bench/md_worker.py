@@ -106,19 +106,17 @@ def probe(size: int) -> np.ndarray:
     return vector / np.linalg.norm(vector)
 
 
-def run_md(config: dict) -> dict:
-    """Build the model and system, take the first energy and forces, run `WARMUP_CALLS` MD
-    steps untimed, then time `steps` more."""
+def md_run(config: dict, impl: str):
+    """The system of `config` with a MACECalculator of the `impl` model ("mace", or "fused":
+    cfmtrain's kernels swapped in), at 300 K: (atoms, its VelocityVerlet, the backend)."""
     from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
     from ase.md.verlet import VelocityVerlet
     from ase.units import fs
     from mace.calculators import MACECalculator
 
-    torch.set_num_threads(config["threads"])
-    dtype = getattr(torch, config["dtype"])
-    model = build_shape(config["shape"], dtype)
+    model = build_shape(config["shape"], getattr(torch, config["dtype"]))
     backend = "mace"
-    if config["impl"] == "fused":
+    if impl == "fused":
         # lazy: only fused runs load cfmtrain's op libraries
         from cfmtrain.kernels import fuse_model, kernel_backend
 
@@ -127,10 +125,34 @@ def run_md(config: dict) -> dict:
     atoms = SYSTEMS[config["system"]](config["atoms"])
     atoms.calc = MACECalculator(models=[model], device="cpu", default_dtype=config["dtype"])
     MaxwellBoltzmannDistribution(atoms, temperature_K=300, rng=np.random.default_rng(0))
+    return atoms, VelocityVerlet(atoms, timestep=TIMESTEP_FS * fs), backend
+
+
+def run_paired(config: dict) -> dict:
+    """Both implementations in this process, `WARMUP_CALLS` MD steps each untimed, then
+    `rounds` paired rounds of one step each (shuffled order): the fused model's speed-up over
+    mace-torch's, per round."""
+    from cfmtrain.measure.paired import run_rounds
+
+    torch.set_num_threads(config["threads"])
+    dyns = {impl: md_run(config, impl)[1] for impl in ("mace", "fused")}
+    for dyn in dyns.values():
+        dyn.run(WARMUP_CALLS)
+    rounds = run_rounds({impl: (lambda d=dyn: d.run(1)) for impl, dyn in dyns.items()},
+                        config["rounds"])
+    return {"status": "ok", **rounds.ratio("mace", "fused").columns()}
+
+
+def run_md(config: dict) -> dict:
+    """Build the model and system, take the first energy and forces, run `WARMUP_CALLS` MD
+    steps untimed, then time `steps` more."""
+    if config["impl"] == "paired":
+        return run_paired(config)
+    torch.set_num_threads(config["threads"])
+    atoms, dyn, backend = md_run(config, config["impl"])
     start = time.perf_counter()
     energy, forces = atoms.get_potential_energy(), atoms.get_forces()
     first_s = time.perf_counter() - start
-    dyn = VelocityVerlet(atoms, timestep=TIMESTEP_FS * fs)
     dyn.run(WARMUP_CALLS)
     wall, cpu = [], []
     for _ in range(config["steps"]):
