@@ -162,8 +162,9 @@ def build_run(cfg: TrainConfig, graphs: Path | list[Path], split: Path, out: Pat
     dtype = DTYPES[cfg.model.dtype]
     torch.set_default_dtype(dtype)
     t0 = time.perf_counter()
-    timeline = {"build_at": time.time()}  # and launched_at: `cfmtrain launch`'s clock, if any
-    timeline["launched_at"] = float(os.environ.get(LAUNCHED_AT) or timeline["build_at"])
+    timeline = {"build_at": time.time()}
+    # `cfmtrain launch`'s clock for the process's first run (a later repeat's is its build)
+    timeline["launched_at"] = float(os.environ.pop(LAUNCHED_AT, None) or timeline["build_at"])
     store = open_store(graphs, cutoff)
     timeline["open_s"] = time.perf_counter() - t0
     parts = load_parts(store, split, cfg, env.rank == 0)
