@@ -85,4 +85,8 @@ def test_the_scale_target_runs_the_pipelines_rules_and_collects_their_jobs(tmp_p
         pss, rss = (table.loc[(count, "steps"), k] for k in ("pss_gb_all_ranks", "peak_rss_gb"))
         assert 0.5 * rss < pss < 2 * rss
         assert {s for g, s in table.index if g == count} == set(STAGES)
+    # opening the stores in paired rounds: 300 graphs against 200, 1.5x the graphs
+    opened = table.loc[(300, "open")]
+    assert opened["rounds"] == 7 and opened["ratio_p10"] <= opened["ratio_median"]
+    assert 0.3 < opened["ratio_median"] < 6 and opened["ratio_median"] <= opened["ratio_p90"]
     assert (tmp_path / "results/figures/fig_scale.png").stat().st_size > 10_000

@@ -8,11 +8,14 @@ its peak RSS (the largest single process, from the kernel's accounting; for trai
 largest rank's), the PSS summed over the training ranks at the end of training, the disk it
 wrote, and on the `steps` row the share of step time spent waiting for data.
 
-Stages from the training run's timeline.json: `open` (the store), `statistics` (E0s, mean,
-std, neighbours, and the model's construction), `first_step` (from `cfmtrain launch` to the
-end of the first step), `steps` (the timed steps after the first) and `epoch_overhead` (the
-per-epoch plan: sampler, balancer and loader; `epoch_share` is its share of the epoch's
-projected time, steps per epoch x median step time). `graphs_2_processes`, at the smallest
+`open`: opening the store (GraphStore, as a training rank does), every count's store once a
+round in shuffled order after all are built; its seconds are the median over the rounds, and
+`ratio_*` the median and 10-90% range of the per-round time against the next smaller count.
+Stages from the training run's timeline.json: `statistics` (E0s, mean, std, neighbours, and
+the model's construction), `first_step` (from `cfmtrain launch` to the end of the first
+step), `steps` (the timed steps after the first) and `epoch_overhead` (the per-epoch plan:
+sampler, balancer and loader; `epoch_share` is its share of the epoch's projected time, steps
+per epoch x median step time). `graphs_2_processes`, at the smallest
 count: graph building in 2 processes against 1, as the median of paired rounds with its 10-90%
 range (ideal: 2).
 
@@ -38,12 +41,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cfmtrain.bench.scale_figure import plot_scale
+from cfmtrain.bench.scale_figure import STAGES, plot_scale
 from cfmtrain.bench.table import report
-from cfmtrain.measure.paired import run_rounds
+from cfmtrain.graphs.store import GraphStore
+from cfmtrain.measure.paired import Ratio, run_rounds
 
 COLUMNS = ("graphs", "stage", "seconds", "peak_rss_gb", "pss_gb_all_ranks", "disk_gb",
            "data_wait_share", "epoch_share", "ratio_median", "ratio_p10", "ratio_p90", "rounds")
+ORDER = (*STAGES[:2], "graphs_2_processes", *STAGES[2:])  # the table's rows per count
 SHARD_GRAPHS = 20_000  # frames per shard: jobs of ~20 s each (memory is bounded at any size)
 MODEL = ('model.hidden_irreps="16x0e+16x1o"', "model.max_ell=2", "model.correlation=3",
          "model.radial_mlp=[32, 32]")
@@ -129,7 +134,6 @@ def training_rows(run: Path) -> list[dict]:
     epoch = timeline["steps_per_epoch"] * float(rank0.median())
     memory = {k: timeline[k] for k in ("peak_rss_gb", "pss_gb_all_ranks")}
     return [
-        {"stage": "open", "seconds": timeline["open_s"]},
         {"stage": "statistics", "seconds": timeline["statistics_s"]},
         {"stage": "first_step", "seconds": timeline["first_step_at"] - timeline["launched_at"],
          **memory},
@@ -137,6 +141,24 @@ def training_rows(run: Path) -> list[dict]:
          "data_wait_share": float(data.sum() / (data.sum() + step.sum())), **memory},
         {"stage": "epoch_overhead", "seconds": plan, "epoch_share": plan / epoch},
     ]
+
+
+def open_rows(stores: dict[int, Path], rounds: int) -> list[dict]:
+    """The `open` row of each count: opening its store (GraphStore, as a training rank does),
+    every count once per round in shuffled order; the median seconds, and against the next
+    smaller count the median of the per-round time ratios with its 10-90% range."""
+    counts = sorted(stores)
+    arms = {count: (lambda path=stores[count]: GraphStore(path) and None) for count in counts}
+    if len(counts) == 1:  # one arm: paired against itself, for the same median
+        arms = {counts[0]: arms[counts[0]], -1: arms[counts[0]]}
+    result = run_rounds(arms, rounds, warmup=1)
+    rows = []
+    for k, count in enumerate(counts):
+        growth = (Ratio.of(result.times(count) / result.times(counts[k - 1])).columns()
+                  if k else {})
+        rows.append({"graphs": count, "stage": "open",
+                     "seconds": float(np.median(result.times(count))), **growth})
+    return rows
 
 
 def train_overrides(steps: int) -> list[str]:
@@ -222,6 +244,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from-pipeline", type=Path, metavar="DIR",
                         help="collect the rows from the jobs of the Snakemake target `scale` "
                         "run in DIR instead of running the stages (no graphs_2_processes row)")
+    parser.add_argument("--open-rounds", type=int, default=7,
+                        help="paired rounds of opening every count's store (default 7)")
     parser.add_argument("--scaling-rounds", type=int, default=3,
                         help="paired rounds of graph building in 1 against 2 processes, on the "
                         "smallest count's first shard (default 3; 0: not measured)")
@@ -229,7 +253,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Measure (or collect) each count, then print and write the table and draw the figure."""
-    rows = []
+    rows, stores = [], {}
     counts = sorted(set(args.graphs))
     if counts[0] < 100:
         print(f"error: --graphs {counts[0]}: at least 100 graphs", file=sys.stderr)
@@ -237,10 +261,17 @@ def run(args: argparse.Namespace) -> int:
     for count in counts:
         if args.from_pipeline:
             rows += pipeline_rows(count, args.from_pipeline)
+            stores[count] = args.from_pipeline / "results/graphs" / f"scale_{count}"
             continue
         rows += measure(count, args.work, args.steps, args.ranks, args.workers,
                         args.shard_graphs, args.scaling_rounds if count == counts[0] else 0)
-        if not args.keep:
+        stores[count] = args.work / str(count) / "graphs"
+        for part in ("frames", "run") if not args.keep else ():  # graphs: for the open rounds
+            shutil.rmtree(args.work / str(count) / part, ignore_errors=True)
+    rows += [table_rows(r["graphs"], [r])[0] for r in open_rows(stores, args.open_rounds)]
+    rows.sort(key=lambda r: (r["graphs"], ORDER.index(r["stage"])))
+    if not args.keep and not args.from_pipeline:
+        for count in counts:
             shutil.rmtree(args.work / str(count), ignore_errors=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     report(rows, args.output, f"data path at scale: crystals, `both` on {args.ranks} ranks, "
