@@ -111,11 +111,16 @@ def _scale(f: pd.DataFrame) -> str:
     """At the largest count: start-up, memory and data wait of the training ranks."""
     n = int(f.graphs.max())
     at = f[f.graphs == n].set_index("stage")
-    steps = at.loc["steps"]
+    steps, opened = at.loc["steps"], at.loc["open"]
+    smaller = f.graphs[f.graphs < n]
+    growth = (f"; opening the store {_x(opened.ratio_median)} the time at {smaller.max():,} "
+              f"graphs ({opened.ratio_p10:.2f}-{opened.ratio_p90:.2f}, {opened.rounds:.0f} "
+              f"paired rounds)" if len(smaller) and opened.ratio_median > 0 else "")
     return (f"{n:,} graphs: launch to first step {at.loc['first_step', 'seconds']:.0f} s, "
             f"peak RSS {steps.peak_rss_gb:.2f} GB a training rank ({steps.pss_gb_all_ranks:.2f}"
             f" GB PSS over both), data wait {100 * steps.data_wait_share:.1f}% of step time, "
             f"epoch plan {100 * at.loc['epoch_overhead', 'epoch_share']:.2g}% of an epoch"
+            + growth
             + "".join(f"; graphs built {_x(r.ratio_median)} faster in 2 processes than 1 "
                       f"({r.ratio_p10:.2f}-{r.ratio_p90:.2f}, {r.rounds:.0f} paired rounds)"
                       for r in f[f.stage == "graphs_2_processes"].itertuples()))
