@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -143,12 +144,16 @@ def training_rows(run: Path) -> list[dict]:
     ]
 
 
+def _open(path: Path) -> None:
+    GraphStore(path)
+
+
 def open_rows(stores: dict[int, Path], rounds: int) -> list[dict]:
     """The `open` row of each count: opening its store (GraphStore, as a training rank does),
     every count once per round in shuffled order; the median seconds, and against the next
     smaller count the median of the per-round time ratios with its 10-90% range."""
     counts = sorted(stores)
-    arms = {count: (lambda path=stores[count]: GraphStore(path) and None) for count in counts}
+    arms = {count: functools.partial(_open, stores[count]) for count in counts}
     if len(counts) == 1:  # one arm: paired against itself, for the same median
         arms = {counts[0]: arms[counts[0]], -1: arms[counts[0]]}
     result = run_rounds(arms, rounds, warmup=1)
