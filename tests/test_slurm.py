@@ -1,8 +1,9 @@
 """A real Slurm: scripts/slurm/start.sh starts munged, slurmctld and slurmd on 127.0.0.1 (a
 private state folder and free ports), then `snakemake --profile slurm`, run from the repository
-root, trains a tiny ablation cell as one 2-task job whose ranks `cfmtrain launch` starts with srun,
-runs the `scale` target with its graph shards as job arrays, and a plain sbatch job checks the ranks' environment, their gloo all-reduce and SIGTERM
-forwarding; stop.sh stops exactly the daemons start.sh recorded, also when a test fails.
+root, trains a tiny ablation cell as one 2-task job whose ranks `cfmtrain launch` starts with
+srun, and runs the `scale` target with its graph shards as job arrays; a plain sbatch job checks
+the ranks' environment, their gloo all-reduce and SIGTERM forwarding; stop.sh stops exactly the
+daemons start.sh recorded, also when a test fails.
 
 Needs root and Debian's Slurm (`bash scripts/slurm/install.sh`); without them the test fails
 (CFMTRAIN_SKIP_SLURM=1 skips it on purpose). One such test runs at a time on a machine (a lock:
