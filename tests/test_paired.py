@@ -84,3 +84,9 @@ def test_fewer_than_two_arms_or_rounds_is_an_error():
         run_rounds({"a": lambda: None}, rounds=3)
     with pytest.raises(ValueError, match="1 round"):
         run_rounds({"a": lambda: None, "b": lambda: None}, rounds=0)
+
+
+def test_an_arm_returning_a_flag_is_refused_not_taken_as_seconds():
+    """ASE's Dynamics.run returns a bool: as seconds it would pin every ratio at 1."""
+    with pytest.raises(TypeError, match="returned True"):
+        run_rounds({"a": lambda: True, "b": lambda: None}, rounds=2)

@@ -97,6 +97,8 @@ def run_rounds(arms: Mapping[str, Arm], rounds: int, seed: int = 0, warmup: int 
         for k in order[r]:
             cpu0, wall0 = _cpu_seconds(), time.perf_counter()
             own = arms[names[k]]()
+            if isinstance(own, bool):  # e.g. a solver's converged flag: not seconds
+                raise TypeError(f"arm {names[k]!r} returned {own!r}: return seconds or None")
             wall[r, k] = time.perf_counter() - wall0
             cpu[r, k] = _cpu_seconds() - cpu0
             seconds[r, k] = wall[r, k] if own is None else float(own)
