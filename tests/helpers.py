@@ -35,6 +35,14 @@ from mace.tools import torch_geometric
 from cfmtrain.graphs.build import atoms_to_graph
 from cfmtrain.graphs.split import split_indices
 from cfmtrain.graphs.store import GraphStore, write_shard
+from cfmtrain.measure.paired import Rounds
+from cfmtrain.measure.rounds import (
+    PAIRED_COLUMNS,
+    ROUND_COLUMNS,
+    paired_rows,
+    round_rows,
+    write_csv,
+)
 from cfmtrain.simulate.runs import STEP_COLUMNS
 from cfmtrain.train import cli
 
@@ -364,22 +372,31 @@ def write_simulated(path, supported=None, reason="", band=True):
 GOOD = {("mini_s", 1): {"baseline": 12.0, "balancer": 11.5, "kernel": 3.4, "both": 3.5},
         ("mini_s", 2): {"baseline": 9.0, "balancer": 7.0, "kernel": 2.8, "both": 2.1},
         ("mini_m", 2): {"baseline": 18.0, "balancer": 12.5, "kernel": 5.9, "both": 3.9}}
+DRIFT = (1.0, 1.3, 0.8, 1.5, 1.1)  # the host's speed per round: cancels in every ratio
+NOISE = (-1.0, -0.5, 0.0, 0.5, 1.0)  # a variant's own wobble per round, times its width
 
 
-def write_goal_run(root, times=GOOD, spread=0.05, override=None):
-    """One run's results folder for `cfmtrain goals`: a cell summary per entry of `times`, each
-    spread `spread` (min = median (1 - spread/2), max = median (1 + spread/2)); `override` maps
-    a cell to (median, min, max)."""
+def goal_rounds(times: dict[str, float], width: float = 0.02, widths=None):
+    """Paired rounds of one group (measure.paired.Rounds): in round r the k-th variant's epoch
+    time is its median times the round's host drift times (1 + NOISE[(r + k) % 5] * its
+    width; the baseline's width 0), so each ratio over the baseline has median exactly
+    median_b / median_v, and the other ratios wobble too."""
+    names = tuple(times)
+    seconds = np.array([[times[v] * drift * (1 + NOISE[(r + k) % len(NOISE)] * (
+        0.0 if v == "baseline" else (widths or {}).get(v, width)))
+        for k, v in enumerate(names)] for r, drift in enumerate(DRIFT)])
+    order = np.tile(np.arange(len(names)), (len(DRIFT), 1))
+    return Rounds(names, seconds, seconds, seconds, order, seed=0)
+
+
+def write_goal_run(root, times=GOOD, width=0.02, widths=None):
+    """One run's results folder for `cfmtrain goals`: per group of `times`, the paired.csv and
+    rounds.csv that `cfmtrain rounds` writes for goal_rounds; `widths` maps (data set, ranks)
+    to per-variant widths."""
     for (dataset, ranks), variants in times.items():
-        for variant, median in variants.items():
-            low, high = median * (1 - spread / 2), median * (1 + spread / 2)
-            median, low, high = (override or {}).get((dataset, ranks, variant),
-                                                     (median, low, high))
-            folder = root / "train" / dataset / variant / f"r{ranks}"
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "summary.json").write_text(json.dumps(
-                {"variant": variant, "ranks": ranks, "epoch_time_s": median,
-                 "epoch_time_min_s": low, "epoch_time_max_s": high, "contended": False,
-                 "repeats": [{"repeat": k, "epoch_time_s": t, "contended": False}
-                             for k, t in enumerate((low, median, high), start=1)]}))
+        rounds = goal_rounds(variants, width, (widths or {}).get((dataset, ranks)))
+        folder = root / "train" / dataset / f"r{ranks}"
+        folder.mkdir(parents=True, exist_ok=True)
+        write_csv(folder / "rounds.csv", ROUND_COLUMNS, round_rows(rounds))
+        write_csv(folder / "paired.csv", PAIRED_COLUMNS, paired_rows(rounds, dataset, ranks))
     return root

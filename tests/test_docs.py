@@ -162,7 +162,7 @@ def test_readme_is_short_and_its_first_screen_finds_every_common_task():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 250
     first_screen = "\n".join(lines[:30])
-    for anchor in ("your-own-data", "on-a-slurm-cluster", "re-running-one-cell",
+    for anchor in ("your-own-data", "on-a-slurm-cluster", "re-running-one-ablation-target",
                    "figures-and-the-report", "benchmarks"):
         assert f"(#{anchor})" in first_screen
         assert any(line.startswith("### ") and slug(line[4:]) == anchor for line in lines)

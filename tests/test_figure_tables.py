@@ -10,8 +10,9 @@ import argparse
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import summary, write_run, write_simulated, write_store
+from helpers import goal_rounds, summary, write_run, write_simulated, write_store
 
+from cfmtrain.measure.rounds import PAIRED_COLUMNS, paired_rows, write_csv
 from cfmtrain.plots import cells, cli, ratios, simulated
 
 
@@ -29,7 +30,7 @@ def test_speedup_is_baseline_median_over_variant_median(ablation_cells):
     table = cells.speedup_table(cells.cells_table(ablation_cells))
     assert list(table.columns) == ["dataset", "ranks", "variant", "epoch_time_s",
                                    "epoch_time_min_s", "epoch_time_max_s", "speedup",
-                                   "contended"]
+                                   "speedup_p10", "speedup_p90", "rounds", "contended"]
     # groups in input order, variants in the canonical order within a group
     assert list(zip(table.dataset, table.variant, strict=True)) == [
         ("mini_s", "baseline"), ("mini_s", "balancer"), ("mini_s", "both"),
@@ -43,12 +44,49 @@ def test_speedup_is_baseline_median_over_variant_median(ablation_cells):
     low, high = cells.speedup_range(table)
     assert low.tolist() == pytest.approx([10 / 12, 10 / 8, 10 / 4.4, 30 / 33, 30 / 15])
     assert high.tolist() == pytest.approx([10 / 9, 10 / 8, 10 / 3.8, 30 / 30, 30 / 14])
+    assert (table["rounds"] == 0).all() and table.speedup_p10.isna().all()
+
+
+def test_a_groups_paired_ratios_give_its_speedups_and_their_range(ablation_cells, tmp_path):
+    """mini_s's group measured in paired rounds (paired.csv as `cfmtrain rounds` writes it):
+    its speed-ups are the per-round medians, the error bars their 10-90% range; mini_m's
+    cells, without a paired.csv, keep the ratio of medians."""
+    rounds = goal_rounds({"baseline": 10.0, "balancer": 8.0, "both": 4.0}, width=0.05)
+    paired = tmp_path / "mini_s" / "r1" / "paired.csv"
+    paired.parent.mkdir(parents=True)
+    write_csv(paired, PAIRED_COLUMNS, paired_rows(rounds, "mini_s", 1))
+    table = cells.speedup_table(*cells.read_inputs([*ablation_cells, paired]))
+    row = table.set_index(["dataset", "variant"])
+    expected = {v: np.quantile(rounds.times("baseline") / rounds.times(v), [0.1, 0.5, 0.9])
+                for v in ("balancer", "both")}
+    for variant, (p10, median, p90) in expected.items():
+        got = row.loc[("mini_s", variant)]
+        assert (got.speedup, got.speedup_p10, got.speedup_p90) == pytest.approx((median, p10, p90))
+        assert got["rounds"] == 5
+    assert row.loc[("mini_s", "both"), "speedup"] == pytest.approx(2.5)  # 10 / 4: noise median 0
+    assert row.loc[("mini_m", "kernel"), "speedup"] == pytest.approx(2.0)
+    assert row.loc[("mini_m", "kernel"), "rounds"] == 0
+    low, high = cells.speedup_range(table)
+    at = (table.dataset == "mini_s") & (table.variant == "both")
+    assert (low[at].iloc[0], high[at].iloc[0]) == pytest.approx(tuple(expected["both"][[0, 2]]))
+    at = (table.dataset == "mini_m") & (table.variant == "kernel")
+    assert (low[at].iloc[0], high[at].iloc[0]) == pytest.approx((30 / 15, 30 / 14))
+    fig06 = figure("fig06_ablation", [*ablation_cells, paired], tmp_path / "f" / "fig06.png")
+    pd.testing.assert_frame_equal(fig06, table, check_dtype=False)
+    fig07 = figure("fig07_strong_scaling", [ablation_cells[0], ablation_cells[1], paired],
+                   tmp_path / "f" / "fig07.png")
+    assert fig07.set_index("variant").loc["both", "speedup"] == pytest.approx(
+        expected["both"][1])
+    with pytest.raises(ValueError, match=r"bad/paired.csv: not a paired.csv"):
+        (tmp_path / "bad").mkdir()
+        (tmp_path / "bad" / "paired.csv").write_text("a,b\n1,2\n")
+        cells.read_paired([tmp_path / "bad" / "paired.csv"])
 
 
 def test_missing_baseline_and_bad_cells_are_named(tmp_path):
     lone = summary(tmp_path, "mini", "both", 2, 4.0, (3.0, 5.0))
     with pytest.raises(ValueError, match=r"Figure 6: no baseline.*'dataset': 'mini'"):
-        cells.speedup_table(cells.cells_table([lone]), "Figure 6")
+        cells.speedup_table(cells.cells_table([lone]), figure="Figure 6")
     with pytest.raises(ValueError, match="the same cell given twice"):
         cells.cells_table([lone, lone.parent])
     odd = summary(tmp_path, "mini", "kernel", 2, 9.0, (3.0, 5.0))

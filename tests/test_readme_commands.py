@@ -85,7 +85,7 @@ def test_readme_snakemake_commands_plan(command):
 @pytest.mark.parametrize("command", [c for c in readme_commands(PAGES)
                                      if c.startswith("cfmtrain goals ")])
 def test_readme_goals_commands_run(command, tmp_path):
-    """The line as written, in a folder whose `results` holds one run's cells that meet the
+    """The line as written, in a folder whose `results` holds one run's groups that meet the
     goals (helpers.GOOD, as in tests/test_ablation_goals.py), then again with `both` on mini_m
     slower than `kernel`: exit 0, then 1."""
     from helpers import GOOD, write_goal_run
@@ -99,4 +99,5 @@ def test_readme_goals_commands_run(command, tmp_path):
     write_goal_run(tmp_path / "results", {("mini_m", 2): {**GOOD[("mini_m", 2)], "both": 6.0}})
     result = subprocess.run([sys.executable, "-m", "cfmtrain", *words[1:]], cwd=tmp_path,
                             capture_output=True, text=True, timeout=300)
-    assert result.returncode == 1 and "ordering      mini_m r2" in result.stdout
+    assert result.returncode == 1
+    assert "both first    mini_m r2 both/kernel p10" in result.stdout and "FAILED" in result.stdout

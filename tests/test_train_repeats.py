@@ -109,127 +109,40 @@ def test_a_repeat_that_took_more_cpu_time_on_the_same_work_is_flagged():
         contention.Thresholds(max_cpu_slowdown=-0.1)
 
 
-def test_a_cell_reports_its_first_uncontended_repeats_and_lists_the_replaced():
-    """5 runs for 3 repeats: repeat 2 took 20% more CPU time (contended), repeat 4 replaced it;
-    repeat 5 is not needed. The median, min and max are of repeats 1, 3 and 4 only."""
-    summaries = [run_summary(3.0, 1.0, cpu=8.0, val=1), run_summary(3.9, 1.0, cpu=9.6, val=2),
-                 run_summary(3.2, 1.0, cpu=8.2, val=3), run_summary(3.1, 1.0, cpu=8.1, val=4),
-                 run_summary(2.9, 1.0, cpu=8.0, val=5)]
-    cell, middle = repeats.aggregate(summaries, LIMITS, wanted=3)
-    assert cell["repeats_used"] == [1, 3, 4] and cell["remeasured"] == 2
-    assert [r["used"] for r in cell["repeats"]] == [True, False, True, True, False]
-    assert (cell["epoch_time_s"], cell["epoch_time_min_s"], cell["epoch_time_max_s"]) == (
-        3.1, 3.0, 3.2)
-    assert middle == 3 and cell["outputs_of_repeat"] == 4 and cell["val"] == 4
-    assert cell["contended"] is False and cell["repeats"][1]["contended"] is True
-    # too few uncontended runs: the contended ones of least CPU slowdown fill up, and the
-    # cell stays contended
-    cell, _ = repeats.aggregate(summaries[:3] + [run_summary(3.5, 1.0, cpu=9.0)], LIMITS,
-                                wanted=3)
-    assert cell["repeats_used"] == [1, 3, 4] and cell["contended"] is True
-    assert repeats.used_repeats([{"remeasure": True, "cpu_slowdown": math.nan},
-                                 {"remeasure": True, "cpu_slowdown": 0.3}], 1) == [1]
-    # the speed probe flags a repeat (contended) but does not replace it: a sample of the host
-    # at the repeat's ends, noisy on an unsteady host, while its own CPU time was the least
-    probed = [run_summary(3.0, 1.0, cpu=8.0), run_summary(3.1, 1.0, probes=(0.1, 0.13), cpu=8.0),
-              run_summary(3.0, 1.0, cpu=8.1), run_summary(3.0, 1.0, cpu=8.1)]
-    cell, _ = repeats.aggregate(probed, LIMITS, wanted=3)
-    assert cell["repeats_used"] == [1, 2, 3] and cell["contended"] is True
-    assert [r["remeasure"] for r in cell["repeats"]] == [False] * 4
-
-
-def remeasure_cell(tmp_path, monkeypatch, cpus: list[float], remeasure: int = 2,
-                   stop: bool = False, seconds: float | None = None,
-                   repeat_s: float = 10.0) -> tuple[int, list[list[str]]]:
-    """`cfmtrain cell --repeats 3` with a launch that writes repeat k's summary with compute
-    CPU time cpus[k - 1] (epoch time the same) and takes `repeat_s` per repeat on the cell's
-    clock; (its exit code, the launches' repeat args)."""
-    launches = []
-    clock = [0.0]
-    monkeypatch.setattr(repeats.time, "monotonic", lambda: clock[0])
+def test_a_contended_repeat_is_flagged_not_re_measured(tmp_path, monkeypatch):
+    """`cfmtrain cell --repeats 3`, one repeat 25% slow on identical work: one launch trains
+    the three, the cell reports all three (median, min, max) and flags the slow one; the
+    median repeat's outputs are published."""
+    launches, cpus = [], [8.0, 10.0, 8.2]
 
     def fake_launch(argv):
-        count, first = int(argv[argv.index("--repeats") + 1]), int(argv[-1])
-        launches.append(argv[-4:])
-        clock[0] += count * repeat_s
-        for k in range(first, first + count):
+        launches.append(argv)
+        for k in (1, 2, 3):
             rep = tmp_path / f"rep{k}"
             rep.mkdir(parents=True)
             for name in repeats.PUBLISHED:
                 (rep / name).write_text(f"{name} of rep{k}")
             (rep / "summary.json").write_text(json.dumps(run_summary(cpus[k - 1] / 2, 1.0,
                                                                      cpu=cpus[k - 1])))
-        return 0, stop
+        return 0, False
 
     monkeypatch.setattr(repeats, "run_child", fake_launch)
     parser = argparse.ArgumentParser()
     repeats.add_arguments(parser)
-    limit = [] if seconds is None else ["--remeasure-seconds", str(seconds)]
-    args = parser.parse_args(["--repeats", "3", "--remeasure", str(remeasure), *limit,
-                              "--ranks", "1", "--", "train", "--output", str(tmp_path)])
+    args = parser.parse_args(["--repeats", "3", "--ranks", "1", "--", "train", "--output",
+                              str(tmp_path)])
     handler = signal.getsignal(signal.SIGTERM)
     try:
-        return repeats.run(args), launches
+        assert repeats.run(args) == 0
     finally:
         signal.signal(signal.SIGTERM, handler)
-
-
-def test_the_cell_re_measures_contended_repeats_within_its_budget(tmp_path, monkeypatch):
-    # repeats 2 and 3 ran 25% and 15% slow: two more in one launch replace them
-    code, launches = remeasure_cell(tmp_path / "a", monkeypatch, [8.0, 10.0, 9.2, 8.1, 8.3])
-    assert code == 0 and launches == [["--repeats", "3", "--first-repeat", "1"],
-                                      ["--repeats", "2", "--first-repeat", "4"]]
-    cell = json.loads((tmp_path / "a" / "summary.json").read_text())
-    assert cell["repeats_used"] == [1, 4, 5] and cell["contended"] is False
-    assert cell["outputs_of_repeat"] == 4
-    assert (tmp_path / "a" / "steps.csv").read_text() == "steps.csv of rep4"
-    # a faster fourth run makes the first and third slow against it: the budget (2) ends it
-    code, launches = remeasure_cell(tmp_path / "b", monkeypatch, [8.0, 10.0, 8.5, 7.0, 7.1])
-    assert code == 0 and [a[1] for a in launches] == ["3", "1", "1"]
-    cell = json.loads((tmp_path / "b" / "summary.json").read_text())
-    assert cell["repeats_used"] == [1, 4, 5] and cell["contended"] is True  # 8.0: 14% over
-    # no budget, or a SIGTERM: the first three as they are
-    for folder, budget, stop in (("c", 0, False), ("d", 2, True)):
-        code, launches = remeasure_cell(tmp_path / folder, monkeypatch, [8.0, 10.0, 9.2],
-                                        remeasure=budget, stop=stop)
-        assert code == 0 and len(launches) == 1
-        cell = json.loads((tmp_path / folder / "summary.json").read_text())
-        assert cell["repeats_used"] == [1, 2, 3] and cell["contended"] is True
-
-
-def test_re_measures_after_the_first_round_only_while_they_fit_in_the_time_limit(
-        tmp_path, monkeypatch):
-    cpus = [8.0, 10.0, 10.0, 10.0, 10.0, 8.1, 8.0, 8.2]  # two slow, then two more slow
-    # 10 s a repeat: the first round (2) fits in 25 s, a second (20 s + 10) does not
-    code, launches = remeasure_cell(tmp_path / "a", monkeypatch, cpus, remeasure=5, seconds=25)
-    assert code == 0 and [a[1] for a in launches] == ["3", "2"]
-    cell = json.loads((tmp_path / "a" / "summary.json").read_text())
-    assert cell["remeasured"] == 2 and cell["contended"] is True
-    assert cell["remeasure_time_s"] == 20.0
-    # 45 s: a second round of two fits (20 + 2 x 10) and finds two undisturbed runs
-    code, launches = remeasure_cell(tmp_path / "b", monkeypatch, cpus, remeasure=5, seconds=45)
-    assert code == 0 and [a[1] for a in launches] == ["3", "2", "2"]
-    cell = json.loads((tmp_path / "b" / "summary.json").read_text())
-    assert cell["repeats_used"] == [1, 6, 7] and cell["contended"] is False
-    # 35 s: the second round shrinks to the one that fits
-    code, launches = remeasure_cell(tmp_path / "c", monkeypatch, cpus, remeasure=5, seconds=35)
-    assert [a[1] for a in launches] == ["3", "2", "1"]
-    # a repeat longer than the limit: the first re-measure still runs, alone, and no other
-    code, launches = remeasure_cell(tmp_path / "d", monkeypatch, cpus, remeasure=5, seconds=25,
-                                    repeat_s=40.0)
-    assert [a[1] for a in launches] == ["3", "1"]
-    # the count limit holds within the time limit
-    code, launches = remeasure_cell(tmp_path / "e", monkeypatch, cpus, remeasure=3,
-                                    seconds=1000)
-    assert [a[1] for a in launches] == ["3", "2", "1"]
-
-
-@pytest.mark.parametrize(("missing", "budget", "spent", "seconds", "count"), [
-    (2, 4, 0.0, math.inf, 2), (2, 1, 0.0, math.inf, 1), (0, 4, 0.0, 60.0, 0),
-    (3, 4, 0.0, 60.0, 3), (3, 4, 0.0, 25.0, 2), (3, 4, 0.0, 5.0, 1), (3, 4, 50.0, 60.0, 1),
-    (3, 4, 55.0, 60.0, 0), (2, 0, 0.0, 60.0, 0)])
-def test_remeasure_count(missing, budget, spent, seconds, count):
-    assert repeats.remeasure_count(missing, budget, spent, 10.0, seconds) == count
+    assert len(launches) == 1 and launches[0][-4:] == ["--repeats", "3", "--first-repeat", "1"]
+    cell = json.loads((tmp_path / "summary.json").read_text())
+    assert (cell["epoch_time_s"], cell["epoch_time_min_s"], cell["epoch_time_max_s"]) == (
+        4.1, 4.0, 5.0)
+    assert [r["contended"] for r in cell["repeats"]] == [False, True, False]
+    assert cell["contended"] is True and cell["outputs_of_repeat"] == 3
+    assert (tmp_path / "steps.csv").read_text() == "steps.csv of rep3"
 
 
 def test_even_count_median_and_an_undisturbed_cell():
@@ -278,11 +191,6 @@ def test_the_command_must_be_train_with_an_output(tmp_path):
         repeats.cell_command(["train", "--output", str(tmp_path), "--repeats", "2"], 2)
     with pytest.raises(ValueError, match="cfmtrain cell --repeats"):
         repeats.cell_command(["train", "--output", str(tmp_path), "--first-repeat", "2"], 2)
-    with pytest.raises(ValueError, match="--remeasure must be at least 0"):
-        repeats.cell_command(["train", "--output", str(tmp_path)], 2, remeasure=-1)
-    for bad in (-1.0, math.nan):
-        with pytest.raises(ValueError, match="--remeasure-seconds must be at least 0"):
-            repeats.cell_command(["train", "--output", str(tmp_path)], 2, 1, bad)
     assert repeats.cell_command(["train", "--output", str(tmp_path), "--x"], 2) == tmp_path
     assert train_cli.repeat_outputs(tmp_path, None) == [tmp_path]
     assert train_cli.repeat_outputs(tmp_path, 2) == [tmp_path / "rep1", tmp_path / "rep2"]
@@ -302,11 +210,11 @@ def test_the_command_must_be_train_with_an_output(tmp_path):
         tmp_path / "rep5" / "summary.json")
 
 
-def cell_argv(data, out: Path, *settings: str, remeasure: tuple[str, ...] = ("0",)) -> list[str]:
-    """`cfmtrain cell` of 2 tiny repeats on one rank, as the rule train_cell runs it (no
-    re-measure unless `remeasure` says, a flagged repeat would change the launches)."""
+def cell_argv(data, out: Path, *settings: str, limits: tuple[str, ...] = ()) -> list[str]:
+    """`cfmtrain cell` of 2 tiny repeats on one rank, as the rule train_cell runs it (more
+    contention `limits` options if given)."""
     argv = [sys.executable, "-m", "cfmtrain", "cell", "--repeats", "2", "--ranks", "1",
-            "--threads", "1", "--max-wall-cpu-ratio", "1.15", "--remeasure", *remeasure,
+            "--threads", "1", "--max-wall-cpu-ratio", "1.15", *limits,
             "--", "train", "--graphs",
             str(data[0]), "--split", str(data[1]), "--output", str(out), "--variant", "both",
             "--resume", "auto"]
@@ -361,23 +269,20 @@ def test_cell_of_two_repeats_end_to_end_and_rerun(data, tmp_path):
     assert {"cpu_s", "compute_cpu_s"} <= set(steps.columns)
     assert not (out / "checkpoint.pt").exists()
 
-    # a rerun (snakemake --forcerun removes summary.json first) trains both repeats again;
-    # any CPU time over the least flags here (limit 0): one of the two is re-measured, once
+    # a rerun (snakemake --forcerun removes summary.json first) trains both repeats again, in
+    # one launch; any CPU time over the least flags here (limit 0): flagged, not re-measured
     (out / "summary.json").unlink()
     before = [(out / f"rep{k}" / "steps.csv").stat().st_mtime_ns for k in (1, 2)]
-    result = cell(data, out, remeasure=("1", "--max-cpu-slowdown", "0"))
+    result = cell(data, out, limits=("--max-cpu-slowdown", "0"))
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("not resumed, its run is finished: starting afresh") == 2
-    assert result.stderr.count("cfmtrain launch (direct)") == 2
-    assert "disturbed; re-measuring 1 more (rep3...)" in result.stderr
+    assert result.stderr.count("cfmtrain launch (direct)") == 1
     after = [(out / f"rep{k}" / "steps.csv").stat().st_mtime_ns for k in (1, 2)]
     assert all(a > b for a, b in zip(after, before, strict=True))
     summary = json.loads((out / "summary.json").read_text())
-    assert [r["repeat"] for r in summary["repeats"]] == [1, 2, 3]
-    assert summary["remeasured"] == 1 and len(summary["repeats_used"]) == 2
-    rep3 = json.loads((out / "rep3" / "summary.json").read_text())
-    assert pd.read_csv(out / "rep3" / "epochs.csv").train_loss.tolist() == losses[0]
-    assert rep3["epoch_time_s"] in [r["epoch_time_s"] for r in summary["repeats"]]
+    assert [r["repeat"] for r in summary["repeats"]] == [1, 2] and not (out / "rep3").exists()
+    slower = [r for r in summary["repeats"] if r["cpu_slowdown"] > 0]
+    assert len(slower) == 1 and slower[0]["contended"] and summary["contended"]
 
 
 @pytest.mark.slow

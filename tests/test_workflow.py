@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cfmtrain.paper import ABLATION
 from cfmtrain.plots import cli
 from cfmtrain.train import cli as train_cli
 from cfmtrain.train.config import load_config
@@ -30,7 +31,7 @@ def snakemake(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 # what `all` runs: every stage (frames to figures); `download` only for downloaded sets and
 # the ~8-minute baseline check only in `ablation`
 ALL_RULES = {"frames", "graph_shard", "split", "stats_dataset", "balance_report", "bench_balance",
-             "bench_graphs", "bench_kernels", "bench_loader", "train_cell", "sweep_batch",
+             "bench_graphs", "bench_kernels", "bench_loader", "train_group", "sweep_batch",
              "sweep_capacity", "sweep_calibrate",
              "simulate_scaling", "all"} | set(cli.FIGURES)  # a rule per figure, of its name
 
@@ -52,12 +53,13 @@ def expected_counts(config_file: str) -> dict[str, int]:
     members = {m for d in config["targets"]
                for m in datasets[d].get("members", [d])}
     matrix = config["train"]["matrix"]
+    groups = {(d, r) for b in matrix for d in b["datasets"] for r in b["ranks"]}
     cells = {(d, v, r) for b in matrix for d in b["datasets"] for v in b["variants"]
-             for r in b["ranks"]}
+             for r in b["ranks"] if v not in ABLATION}  # the others: single cells
     return {"graph_shard": sum(datasets[m]["shards"] for m in members),
             "frames": len(members), "stats_dataset": len(config["targets"]),
             "download": sum(datasets[m]["kind"] == "download" for m in members),
-            "train_cell": len(cells)}
+            "train_group": len(groups), "train_cell": len(cells)}
 
 
 @pytest.mark.workflow
@@ -70,7 +72,7 @@ def test_dry_run_all_schedules_every_stage(config):
     counts = job_counts(result.stdout)
     for rule, jobs in expected_counts(config).items():
         assert counts.get(rule, 0) == jobs, (rule, counts)
-    assert set(counts) - {"download"} == ALL_RULES, counts
+    assert set(counts) - {"download", "train_cell"} == ALL_RULES, counts
     generate = [line for line in result.stdout.splitlines() if "cfmtrain generate" in line]
     if "generated" in (ROOT / config).read_text():  # the frames rule's 2 threads are used
         assert generate and all("--workers 2" in line for line in generate), generate
@@ -88,37 +90,40 @@ def test_dry_run_every_other_target(config):
     assert counts["bench_accuracy"] == len(yaml.safe_load(
         (ROOT / "config/config.yaml").read_text())["accuracy"]["datasets"])
     assert counts["bench_md"] == 1  # the goals preset
-    assert set(counts) - {"download", "baseline_check", "bench_accuracy", "bench_md"} == (
-        ALL_RULES - {"all"} | set(others))
+    assert set(counts) - {"download", "baseline_check", "bench_accuracy", "bench_md",
+                          "train_cell"} == ALL_RULES - {"all"} | set(others)
 
 
 @pytest.mark.workflow
-def test_matrix_cells_run_group_by_group():
-    """Snakemake starts the training cells by priority: the matrix's (data set, ranks) groups one
-    after another, each group's variants in the matrix's order, all before the untimed jobs
-    (priority 0), so the variants a figure compares are timed back to back; a cell outside the
-    matrix (`matched`) has no priority."""
-    import re
-
+def test_each_matrix_group_is_one_job_of_paired_rounds_and_a_cell_runs_alone():
+    """`all` trains each (data set, ranks) group of the matrix in one `cfmtrain rounds` job of
+    the four variants, its epochs config `train.rounds` + 1; a variant outside the four
+    (`matched`) and a single cell asked for alone are `cfmtrain cell` jobs, with no group."""
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())["train"]
     matched = "results/train/mini_s/matched/r2/summary.json"
-    result = snakemake("-n", "--forceall", "--cores", "2", "all", matched)
+    result = snakemake("-n", "--forceall", "--printshellcmds", "--cores", "2", "all", matched)
     assert result.returncode == 0, result.stdout + result.stderr
-    jobs = re.findall(r"^(?:local)?rule (\w+):\n(.*?)(?=^\S|\Z)", result.stdout, re.M | re.S)
-    priority = {}
-    for rule, body in jobs:
-        found = re.search(r"priority: (\d+)", body)
-        if rule != "train_cell":
-            assert not found, (rule, body)
-            continue
-        priority[re.search(r"output: (\S+)", body)[1]] = int(found[1]) if found else 0
-    matrix = yaml.safe_load((ROOT / "config/config.yaml").read_text())["train"]["matrix"]
-    expected = list(dict.fromkeys(f"results/train/{d}/{v}/r{r}/summary.json" for b in matrix
-                                  for d in b["datasets"] for r in b["ranks"]
-                                  for v in b["variants"]))
-    ranked = sorted((p for p in priority.items() if p[1] > 0), key=lambda p: -p[1])
-    assert [cell for cell, _ in ranked] == expected
-    assert len({p for _, p in ranked}) == len(expected)  # no ties: one order
-    assert priority[matched] == 0
+    assert "priority:" not in result.stdout
+    groups, cells = {}, []
+    for line in result.stdout.splitlines():
+        if "cfmtrain launch" in line and " -- rounds " in line:
+            argv = shlex.split(line[line.index("python -m cfmtrain"):])
+            argv = argv[:argv.index(">")]
+            output = argv[argv.index("--output") + 1]
+            variants = argv[argv.index("--variants") + 1:argv.index("--dataset")]
+            epochs = [w for w in argv if w.startswith("epochs=")]
+            groups[output] = (argv[argv.index("--ranks") + 1], variants, epochs[-1])
+        elif "python -m cfmtrain cell" in line:
+            cells.append(line)
+    expected = {f"results/train/{d}/r{r}": (str(r), list(ABLATION),
+                                             f"epochs={config['rounds'] + 1}")
+                for b in config["matrix"] for d in b["datasets"] for r in b["ranks"]}
+    assert groups == expected
+    assert len(cells) == 1 and "--output results/train/mini_s/matched/r2" in cells[0]
+    alone = snakemake("-n", "--forceall", "results/train/mini_s/both/r1/summary.json")
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    counts = job_counts(alone.stdout)
+    assert counts["train_cell"] == 1 and "train_group" not in counts
 
 
 def _bad_config(tmp_path: Path, edit) -> Path:
@@ -275,7 +280,7 @@ def test_local_profile_runs_every_timed_job_alone():
     machine = {}
     for rule, body in jobs:
         machine.setdefault(rule, set()).add(int(re.search(r"machine=(\d+)", body)[1]))
-    timed = {"bench_graphs", "bench_balance", "bench_kernels", "bench_loader", "train_cell",
+    timed = {"bench_graphs", "bench_balance", "bench_kernels", "bench_loader", "train_group",
              "sweep_batch", "sweep_capacity", "sweep_calibrate"}
     assert timed <= set(machine), machine
     for rule, values in machine.items():
@@ -294,7 +299,7 @@ def test_slurm_profiles_give_resources_to_every_timed_or_long_rule():
     blocks = {m.group(1): m.group(2) for m in re.finditer(
         r"^rule (\w+):\n(.*?)(?=^\S|\Z)", text, re.M | re.S)}
     timed = {name for name, body in blocks.items() if "machine=ALONE" in body}
-    assert {"bench_md", "bench_accuracy", "train_cell"} <= timed
+    assert {"bench_md", "bench_accuracy", "train_cell", "train_group"} <= timed
     named = [set(yaml.safe_load((ROOT / f"profiles/{p}/config.yaml").read_text())
                  ["set-resources"]) for p in ("slurm", "slurm-gpu")]
     assert named[0] == named[1]

@@ -30,8 +30,10 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
               "accuracy, host, compare, scale", True),
     "launch": ("cfmtrain.dist.launch", "run R ranks: srun under Slurm, else torchrun", False),
     "train": ("cfmtrain.train.cli", "data-parallel MACE training (one run)", True),
-    "cell": ("cfmtrain.measure.repeats", "one ablation cell: repeated training runs and their "
-             "median, spread and contention flags", False),
+    "cell": ("cfmtrain.measure.repeats", "one ablation cell: repeated training runs, their "
+             "median and spread", False),
+    "rounds": ("cfmtrain.measure.rounds", "an ablation group: its variants trained in paired "
+               "rounds, their speed-ups as medians of per-round ratios", True),
     "baseline-check": ("cfmtrain.bench.baseline_check", "baseline step time against "
                        "mace-torch's own mace_run_train", True),
     "sweep": ("cfmtrain.sweep.cli", "batch-size and bin-capacity sweeps", True),

@@ -35,11 +35,8 @@ def simulate_targets():
 def simulate_runs(wildcards):
     """The measured cells the cost models are fitted on: every variant at every rank count."""
     s = config["simulate"]
-    return [
-        f"results/train/{wildcards.trainset}/{variant}/r{ranks}/summary.json"
-        for variant in s["variants"]
-        for ranks in s["measured_ranks"]
-    ]
+    return [cell_summary(wildcards.trainset, v, r) for v in s["variants"]
+            for r in s["measured_ranks"]]
 
 
 def simulate_calibration(wildcards):
@@ -69,26 +66,28 @@ def figure_targets():
             for ext in ("csv", "png", "pdf")] + [kernels]
 
 
-def cell(dataset, variant, ranks):
-    return f"results/train/{dataset}/{variant}/r{ranks}/summary.json"
+def with_pairs(pairs):
+    """Every figure variant's run on each (data set, ranks), then each group's paired.csv."""
+    f = config["figures"]
+    runs = [cell_summary(d, v, r) for d, r in pairs for v in f["variants"]]
+    return runs + [f"{group_folder(d, r)}/paired.csv" for d, r in pairs]
 
 
 def sizes_cells(wildcards):
     """Figures 6 and 10: every variant on each (data set, ranks) pair of `figures.sizes`."""
-    f = config["figures"]
-    return [cell(p["dataset"], v, p["ranks"]) for p in f["sizes"] for v in f["variants"]]
+    return with_pairs([(p["dataset"], p["ranks"]) for p in config["figures"]["sizes"]])
 
 
 def scaling_cells(wildcards):
     """Figures 7 and 8: every variant at every measured rank count of `figures.dataset`."""
     f = config["figures"]
-    return [cell(f["dataset"], v, r) for v in f["variants"] for r in f["ranks"]]
+    return with_pairs([(f["dataset"], r) for r in f["ranks"]])
 
 
 def pair_cells(wildcards):
     """Figures 9 and 13: the fixed-count baseline and balancer+kernels at `figures.pair_ranks`."""
     f = config["figures"]
-    return [cell(f["dataset"], v, f["pair_ranks"]) for v in ("baseline", "both")]
+    return [cell_summary(f["dataset"], v, f["pair_ranks"]) for v in ("baseline", "both")]
 
 
 def sweep_table(kind):

@@ -82,29 +82,31 @@ def set_options(pairs):
                      for word in ("--set", f"{k}={json.dumps(v, ensure_ascii=False)}")))
 
 
+def matrix_groups():
+    """(data set, ranks) of every group of config `train.matrix`, in the matrix's order."""
+    return list(dict.fromkeys((d, r) for block in TRAIN["matrix"] for d in block["datasets"]
+                              for r in block["ranks"]))
+
+
+def group_folder(dataset, ranks):
+    return f"results/train/{dataset}/r{ranks}"
+
+
+def cell_summary(dataset, variant, ranks):
+    """The run of a variant the figures read: its group's for the paper's four variants
+    (trained in paired rounds), else the cell's own."""
+    if variant in ABLATION:
+        return f"{group_folder(dataset, ranks)}/{variant}/summary.json"
+    return f"results/train/{dataset}/{variant}/r{ranks}/summary.json"
+
+
 def ablation_targets():
-    """Every cell of the blocks of config `train.matrix` (each block: every combination of its
-    datasets, variants and ranks), in the order they run: group by group (a data set at a rank
-    count, in the matrix's order), the group's variants one after another. The variants a
-    figure compares are then timed minutes apart, not across the whole run: the host's speed
-    drifts over minutes (docs/experiments.md), and a comparison across a drift moves the
-    ordering."""
-    cells = [
-        f"results/train/{d}/{v}/r{r}/summary.json"
-        for block in TRAIN["matrix"]
-        for d in block["datasets"]
-        for r in block["ranks"]
-        for v in block["variants"]
-    ]
-    return list(dict.fromkeys(cells))
-
-
-def cell_priority(wildcards):
-    """Snakemake priority of a training cell: the earlier in ablation_targets, the higher (every
-    matrix cell above the untimed jobs' 0, so the matrix runs first); 0 for a cell outside it."""
-    order = ablation_targets()
-    cell = f"results/train/{wildcards.trainset}/{wildcards.variant}/r{wildcards.ranks}/summary.json"
-    return len(order) - order.index(cell) if cell in order else 0
+    """Every group of config `train.matrix` (its paired.csv: the four variants trained in
+    paired rounds), then the cells of the other variants a block names (matched)."""
+    groups = [f"{group_folder(d, r)}/paired.csv" for d, r in matrix_groups()]
+    cells = [cell_summary(d, v, r) for block in TRAIN["matrix"] for d in block["datasets"]
+             for r in block["ranks"] for v in block["variants"] if v not in ABLATION]
+    return groups + list(dict.fromkeys(cells))
 
 
 def baseline_check_targets():

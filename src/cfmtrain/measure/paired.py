@@ -11,12 +11,15 @@ from __future__ import annotations
 import dataclasses
 import resource
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 
 import numpy as np
 
 QUANTILES = (0.1, 0.5, 0.9)
 Arm = Callable[[], float | None]  # runs once; may return its own measured seconds
+# An interleaved arm: each call starts a generator that yields its share of the work done
+# (0-1) after every piece and may return its own measured seconds.
+Interleaved = Callable[[], Generator[float, None, float | None]]
 
 
 def _cpu_seconds() -> float:
@@ -97,11 +100,67 @@ def run_rounds(arms: Mapping[str, Arm], rounds: int, seed: int = 0, warmup: int 
         for k in order[r]:
             cpu0, wall0 = _cpu_seconds(), time.perf_counter()
             own = arms[names[k]]()
-            if isinstance(own, bool):  # e.g. a solver's converged flag: not seconds
-                raise TypeError(f"arm {names[k]!r} returned {own!r}: return seconds or None")
             wall[r, k] = time.perf_counter() - wall0
             cpu[r, k] = _cpu_seconds() - cpu0
-            seconds[r, k] = wall[r, k] if own is None else float(own)
+            seconds[r, k] = _own_seconds(names[k], own, wall[r, k])
+    return Rounds(names, seconds, wall, cpu, order, seed)
+
+
+def _own_seconds(name: str, own: float | None, wall: float) -> float:
+    """An arm's seconds: its own figure if it returned one, else its wall time."""
+    if isinstance(own, bool):  # e.g. a solver's converged flag: not seconds
+        raise TypeError(f"arm {name!r} returned {own!r}: return seconds or None")
+    return wall if own is None else float(own)
+
+
+def _interleave(arms: Mapping[str, Interleaved], names: tuple[str, ...], order: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One round of interleaved arms: the next piece always goes to the arm with the least
+    share done (ties: the round's order), so that all of them span the round together; each
+    arm's (seconds, wall, CPU) summed over its own pieces only."""
+    n = len(names)
+    position = {int(k): p for p, k in enumerate(order)}
+    live = {int(k): arms[names[k]]() for k in order}
+    share = dict.fromkeys(live, 0.0)
+    wall, cpu, seconds = np.zeros(n), np.zeros(n), np.zeros(n)
+    while live:
+        k = min(live, key=lambda j: (share[j], position[j]))
+        cpu0, wall0 = _cpu_seconds(), time.perf_counter()
+        own, finished = None, False
+        try:
+            share[k] = float(next(live[k]))
+        except StopIteration as end:
+            own, finished = end.value, True
+        wall[k] += time.perf_counter() - wall0
+        cpu[k] += _cpu_seconds() - cpu0
+        if finished:
+            del live[k]
+            seconds[k] = _own_seconds(names[k], own, wall[k])
+    return seconds, wall, cpu
+
+
+def run_interleaved(arms: Mapping[str, Interleaved], rounds: int, seed: int = 0,
+                    warmup: int = 0) -> Rounds:
+    """Paired rounds whose arms run interleaved, piece by piece, rather than one after
+    another: within a round every arm starts, and the arm with the least share done (what its
+    generator yielded last) runs its next piece, ties broken by the round's shuffled order
+    (numpy's default_rng(seed)). Arms of minutes then share the host's every minute, not
+    only the round's. The choice depends on the shares alone, never on time, so processes
+    that run the same arms (the ranks of a training) take the same turns. `warmup` untimed
+    rounds first."""
+    if rounds < 1 or len(arms) < 2:
+        raise ValueError(f"a paired comparison needs >= 2 arms and >= 1 round "
+                         f"({len(arms)} arms, {rounds} rounds)")
+    names = tuple(arms)
+    rng = np.random.default_rng(seed)
+    for _ in range(warmup):
+        _interleave(arms, names, np.arange(len(names)))
+    shape = (rounds, len(names))
+    seconds, wall, cpu = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    order = np.zeros(shape, dtype=np.int64)
+    for r in range(rounds):
+        order[r] = rng.permutation(len(names))
+        seconds[r], wall[r], cpu[r] = _interleave(arms, names, order[r])
     return Rounds(names, seconds, wall, cpu, order, seed)
 
 

@@ -1,6 +1,9 @@
-"""The measured training cells behind Figures 6-10 as tidy tables: each cell's median epoch
-time over its repeats with their min and max and its contention flag (summary.json of
-`cfmtrain cell`), and the speed-ups and scaling efficiencies computed from them. A summary of
+"""The measured training runs behind Figures 6-10 as tidy tables: each run's median epoch time
+with its min and max (over a group's paired rounds, or a cell's repeats) and its contention
+flag, and the speed-ups and scaling efficiencies computed from them. A speed-up over the
+baseline is the median of per-round ratios of the group's paired rounds (paired.csv of
+`cfmtrain rounds`), with its 10-90% range; for runs given without their group's paired.csv it
+is the ratio of the medians (rounds 0, the range from the repeats' min and max). A summary of
 a single run without repeats counts as one repeat: min = max = its epoch time, not contended.
 """
 
@@ -17,7 +20,11 @@ from cfmtrain.simulate.runs import Run, load_runs
 
 CELL_COLUMNS = ("dataset", "ranks", "variant", "epoch_time_s", "epoch_time_min_s",
                 "epoch_time_max_s", "contended")
-SPEEDUP_COLUMNS = (*CELL_COLUMNS[:-1], "speedup", "contended")  # Figures 6 and 8
+PAIRED_COLUMNS = ("speedup_p10", "speedup_p90", "rounds")
+SPEEDUP_COLUMNS = (*CELL_COLUMNS[:-1], "speedup", *PAIRED_COLUMNS, "contended")  # Figs 6, 8
+PAIRED_FILE = "paired.csv"
+PAIRED_NEEDS = ("dataset", "ranks", "variant", "reference", "ratio_median", "ratio_p10",
+                "ratio_p90", "rounds")
 
 
 def cell_row(run: Run) -> dict:
@@ -37,11 +44,11 @@ def cell_row(run: Run) -> dict:
     if not low <= median <= high:
         raise ValueError(f"{where}: epoch_time_s {median} is not within its repeats' min "
                          f"{low} and max {high}")
-    repeats = s.get("repeats_used", s.get("repeats"))  # the repeats the numbers are of
+    repeats = s.get("repeats")  # a cell's repeats; a group's run has its rounds' count
     return {"dataset": run.dataset, "ranks": run.ranks, "variant": run.variant,
             "epoch_time_s": median, "epoch_time_min_s": low, "epoch_time_max_s": high,
             "contended": bool(s.get("contended", False)),
-            "repeats": len(repeats) if isinstance(repeats, list) else 1}
+            "repeats": len(repeats) if isinstance(repeats, list) else int(s.get("rounds", 1))}
 
 
 def cells_table(paths: list[str | Path]) -> pd.DataFrame:
@@ -55,6 +62,43 @@ def cells_table(paths: list[str | Path]) -> pd.DataFrame:
     return frame
 
 
+def read_inputs(paths: list[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the runs' cells_table, the groups' paired ratios) of a figure's inputs: run folders or
+    summary.json, and paired.csv files."""
+    pairs = [p for p in paths if Path(p).name == PAIRED_FILE]
+    runs = [p for p in paths if Path(p).name != PAIRED_FILE]
+    return cells_table(runs), read_paired(pairs)
+
+
+def read_paired(paths: list[str | Path]) -> pd.DataFrame:
+    """The groups' paired.csv rows, one table; a file lacking a column is named."""
+    frames = []
+    for path in paths:
+        frame = pd.read_csv(path)
+        missing = [c for c in PAIRED_NEEDS if c not in frame]
+        if missing:
+            raise ValueError(f"{path}: not a paired.csv of `cfmtrain rounds` (no {missing})")
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=list(PAIRED_NEEDS))
+    return pd.concat(frames, ignore_index=True)
+
+
+def with_paired(table: pd.DataFrame, paired: pd.DataFrame) -> pd.DataFrame:
+    """`table` (with a ratio-of-medians `speedup`) given each variant's paired speed-up over
+    the baseline where its group has one: speedup, speedup_p10, speedup_p90 and rounds."""
+    over = paired[paired.reference == "baseline"][
+        ["dataset", "ranks", "variant", "ratio_median", "ratio_p10", "ratio_p90", "rounds"]]
+    over = over.astype({"ranks": int, "ratio_median": float, "ratio_p10": float,
+                        "ratio_p90": float, "rounds": float})
+    merged = table.merge(over, on=["dataset", "ranks", "variant"], how="left")
+    merged["speedup"] = merged.ratio_median.where(merged.ratio_median.notna(), merged.speedup)
+    merged["speedup_p10"] = merged.ratio_p10
+    merged["speedup_p90"] = merged.ratio_p90
+    merged["rounds"] = merged["rounds"].fillna(0).astype(int)
+    return merged.drop(columns=["ratio_median", "ratio_p10", "ratio_p90"])
+
+
 def _in_order(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Rows grouped by `keys` in first-seen order (none: one group), then by variant in the
     canonical order, then by ranks."""
@@ -65,35 +109,54 @@ def _in_order(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
             .reset_index(drop=True))
 
 
-def speedup_table(cells: pd.DataFrame, figure: str = "speed-up") -> pd.DataFrame:
-    """Figures 6 and 8: the baseline's median epoch time over each variant's, per data set and
-    rank count, groups in input order."""
+def speedup_table(cells: pd.DataFrame, paired: pd.DataFrame | None = None,
+                  figure: str = "speed-up") -> pd.DataFrame:
+    """Figures 6 and 8: each variant's speed-up over the baseline per data set and rank count
+    (groups in input order): the paired median where `paired` has the group, else the ratio
+    of the median epoch times."""
     table = _in_order(cells, ["dataset", "ranks"])
     table["speedup"] = baseline_over(table, "epoch_time_s", "epoch_time_s", figure=figure)
+    table = with_paired(table, read_paired([]) if paired is None else paired)
     return table[list(SPEEDUP_COLUMNS)]
 
 
 def speedup_range(table: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    """The error bar of each speed-up from the variant's repeats: the baseline's median over
-    the variant's slowest and fastest repeat."""
-    return (baseline_over(table, "epoch_time_s", "epoch_time_max_s"),
-            baseline_over(table, "epoch_time_s", "epoch_time_min_s"))
+    """The error bar of each speed-up: the paired rounds' 10-90% range, or for a speed-up
+    without rounds the baseline's median over the variant's slowest and fastest repeat."""
+    paired = table["rounds"] > 0 if "rounds" in table else pd.Series(False, table.index)
+    low = baseline_over(table, "epoch_time_s", "epoch_time_max_s")
+    high = baseline_over(table, "epoch_time_s", "epoch_time_min_s")
+    if paired.any():
+        low = low.where(~paired, table.speedup_p10)
+        high = high.where(~paired, table.speedup_p90)
+    return low, high
 
 
-def strong_scaling_table(cells: pd.DataFrame) -> pd.DataFrame:
+def _paired_speedups(table: pd.DataFrame, paired: pd.DataFrame | None) -> pd.DataFrame:
+    """`table` with each row's speed-up over its group's baseline and its paired range."""
+    ratios = speedup_table(table, paired, "scaling")
+    keys = ["dataset", "ranks", "variant"]
+    return table.merge(ratios[[*keys, "speedup", *PAIRED_COLUMNS]], on=keys, how="left")
+
+
+def strong_scaling_table(cells: pd.DataFrame, paired: pd.DataFrame | None = None
+                         ) -> pd.DataFrame:
     """Figure 7: epoch times by rank count with the strong scaling efficiency, per data set and
-    variant (the reference: its fewest ranks)."""
+    variant (the reference: its fewest ranks), and the paired speed-up at each count."""
     table = _in_order(cells, ["dataset"])
     table["strong_efficiency"] = strong_efficiency(table, "epoch_time_s")
-    return table[[*CELL_COLUMNS, "strong_efficiency"]]
+    table = _paired_speedups(table, paired)
+    return table[[*CELL_COLUMNS, "strong_efficiency", "speedup", *PAIRED_COLUMNS]]
 
 
-def weak_scaling_table(cells: pd.DataFrame) -> pd.DataFrame:
+def weak_scaling_table(cells: pd.DataFrame, paired: pd.DataFrame | None = None
+                       ) -> pd.DataFrame:
     """Figure 10: epoch times as data set and ranks grow together, with the weak scaling
-    efficiency per variant (the reference: its fewest ranks)."""
+    efficiency per variant (the reference: its fewest ranks), and the paired speed-up."""
     table = _in_order(cells, [])
     table["weak_efficiency"] = weak_efficiency(table, "epoch_time_s")
-    return table[[*CELL_COLUMNS, "weak_efficiency"]]
+    table = _paired_speedups(table, paired)
+    return table[[*CELL_COLUMNS, "weak_efficiency", "speedup", *PAIRED_COLUMNS]]
 
 
 def loss_table(paths: list[str | Path]) -> pd.DataFrame:

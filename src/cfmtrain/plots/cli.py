@@ -75,19 +75,19 @@ FIGURES: dict[str, Figure] = {
         lambda i, a: sizes.sizes_table(i, _dataset(a, "fig05_sizes")), sizes.draw_sizes,
         "Figure 5: graph sizes of `{dataset}` by subset"),
     "fig06_ablation": Figure(
-        lambda i, a: cells.speedup_table(cells.cells_table(i), "Figure 6"),
+        lambda i, a: cells.speedup_table(*cells.read_inputs(i), figure="Figure 6"),
         ablation.draw_ablation, "Figure 6: ablation speedup per variant and data set size"),
     "fig07_strong_scaling": Figure(
-        lambda i, a: cells.strong_scaling_table(cells.cells_table(i)),
+        lambda i, a: cells.strong_scaling_table(*cells.read_inputs(i)),
         scaling.draw_strong_scaling, "Figure 7: strong scaling (measured)"),
     "fig08_speedup": Figure(
-        lambda i, a: cells.speedup_table(cells.cells_table(i), "Figure 8"),
+        lambda i, a: cells.speedup_table(*cells.read_inputs(i), figure="Figure 8"),
         scaling.draw_speedup, "Figure 8: speedup over baseline MACE (measured)"),
     "fig09_loss": Figure(
         lambda i, a: cells.loss_table(i), loss.draw_loss,
         "Figure 9: training loss per epoch, baseline vs optimised"),
     "fig10_weak_scaling": Figure(
-        lambda i, a: cells.weak_scaling_table(cells.cells_table(i)),
+        lambda i, a: cells.weak_scaling_table(*cells.read_inputs(i)),
         scaling.draw_weak_scaling, "Figure 10: weak scaling (measured)"),
     "fig11_batch_size": Figure(
         lambda i, a: sweeps.batch_size_table(_one(i, "fig11_batch_size")),
@@ -118,8 +118,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `cfmtrain figure`."""
     parser.add_argument("name", choices=list(FIGURES), help="which figure")
     parser.add_argument("--inputs", nargs="+", required=True,
-                        help="results files: graph shards (fig05, fig12), training cells' "
-                             "folders or summary.json (fig06-fig10, fig13), a sweep CSV "
+                        help="results files: graph shards (fig05, fig12), training runs' "
+                             "folders or summary.json (fig06-fig10, fig13) with their groups' "
+                             "paired.csv (fig06-fig08, fig10), a sweep CSV "
                              "(fig11_*; fig11_capacity also its JSON), a simulator CSV "
                              "(*_simulated)")
     parser.add_argument("--output", type=Path, required=True,

@@ -128,13 +128,38 @@ def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0)
     return state
 
 
+def quiet_warnings() -> None:
+    """Silence TorchScript's deprecation noise, printed once per model otherwise."""
+    for noise in ("The TorchScript type system", "`torch.jit.script` is deprecated"):
+        warnings.filterwarnings("ignore", message=noise)
+
+
+def leave(env: distenv.DistEnv, code: int, barrier: bool = False) -> int:
+    """End the process group (after a barrier: every rank's outputs are complete) and return
+    `code`; with several ranks the process exits at once instead (see _hard_exit)."""
+    if env.world_size > 1:
+        if barrier:
+            torch.distributed.barrier()
+        _hard_exit(code)
+    distenv.destroy()
+    return code
+
+
+def leave_on_crash(env: distenv.DistEnv) -> None:
+    """An unexpected error: with several ranks, print it and exit 1 at once (a rank left
+    waiting in a collective would hang); with one, end the process group (the caller
+    re-raises)."""
+    if env.world_size > 1:
+        traceback.print_exc()
+        _hard_exit(1)
+    distenv.destroy()
+
+
 def run(args: argparse.Namespace) -> int:
     """Set up torch.distributed, build the run on every rank, train, export; with --repeats,
     once per repeat in the same process group, stopping at a repeat that does not complete
     (SIGTERM or max_steps: it leaves its checkpoint) or at a SIGTERM after a complete one."""
-    for noise in ("The TorchScript type system", "`torch.jit.script` is deprecated"):
-        warnings.filterwarnings("ignore", message=noise)
-
+    quiet_warnings()
     overrides = list(args.overrides) + ([f"variant={args.variant}"] if args.variant else [])
     env = distenv.DistEnv.from_environ()
     try:
@@ -159,21 +184,11 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as err:  # bad data or files: named, one line
         if env.rank == 0:
             print(f"cfmtrain train: {err}", file=sys.stderr, flush=True)
-        if env.world_size > 1:
-            _hard_exit(2)
-        distenv.destroy()
-        return 2
+        return leave(env, 2)
     except BaseException:
-        if env.world_size > 1:
-            traceback.print_exc()
-            _hard_exit(1)
-        distenv.destroy()
+        leave_on_crash(env)
         raise
-    if env.world_size > 1:
-        torch.distributed.barrier()  # every rank's outputs are complete
-        _hard_exit(0)
-    distenv.destroy()
-    return 0
+    return leave(env, 0, barrier=True)
 
 
 def _settings(args: argparse.Namespace, overrides: list[str], rank: int) -> tuple:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -106,18 +106,18 @@ def train_step(run, batch, graphs: float, atoms: float, step: int, times: StepTi
     return loss, pred
 
 
-def train_epoch(run, epoch: int, skip: int, on_step: Callable[[int, StepRecord], bool]
-                ) -> list[StepRecord]:
-    """Steps `skip`.. of `epoch`; `on_step(steps_done_in_epoch, record)` returns True to stop.
-    Returns this rank's step records."""
+def epoch_steps(run, epoch: int, skip: int, plan: int | None = None) -> Iterator[StepRecord]:
+    """Steps `skip`.. of `epoch`, one record of this rank's per step as it ends; the batches
+    of the sampler's epoch `plan` (default `epoch`: a new shuffle each epoch). Closing the
+    generator early (SIGTERM, max_steps) stops the loader's prefetch thread."""
     t_plan = time.perf_counter()
-    run.sampler.set_epoch(epoch)  # keeps a resumed sampler's start step within its epoch
+    # keeps a resumed sampler's start step within its epoch
+    run.sampler.set_epoch(epoch if plan is None else plan)
     counts = loss_normalizers(global_step_counts(run.sampler, run.train_set.num_atoms),
                               run.cfg.epoch_normalized)
     loader = run.make_loader(run.train_set, run.sampler)  # starts at step `skip` when resumed
     run.timeline.setdefault("epoch_plan_s", []).append(time.perf_counter() - t_plan)
     run.timeline["steps_per_epoch"] = len(run.sampler)
-    records: list[StepRecord] = []
     iterator, step = iter(loader), skip
     try:
         while True:
@@ -133,20 +133,16 @@ def train_epoch(run, epoch: int, skip: int, on_step: Callable[[int, StepRecord],
             run.train_errors.add(batch, pred, run.cfg.optim.stress_weight > 0)
             run.global_step += 1
             step += 1
-            record = StepRecord(
+            yield StepRecord(
                 epoch=epoch, step=run.global_step - 1, rank=run.env.rank,
                 graphs=int(batch.num_graphs), atoms=int(batch.num_nodes),
                 edges=int(batch.edge_index.shape[1]), data_s=times.data_s,
                 compute_s=times.compute_s, wait_s=times.wait_s, allreduce_s=times.allreduce_s,
                 optim_s=times.optim_s, step_s=times.step_s, loss=float(loss) / world_size(),
                 cpu_s=times.cpu_s, compute_cpu_s=times.compute_cpu_s)
-            records.append(record)
-            if on_step(step, record):
-                break
-    finally:  # an epoch left early (SIGTERM, max_steps) stops its prefetch thread first
+    finally:
         if hasattr(iterator, "close"):
             iterator.close()
-    return records
 
 
 def evaluate(run, dataset, batch_graphs: int, group_of: np.ndarray | None = None,

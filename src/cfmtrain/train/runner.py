@@ -9,13 +9,16 @@ interpreter's teardown cannot turn the finished run into a failed one (exit 143)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import resource
 import signal
 import sys
 import time
+from collections.abc import Generator
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import psutil
@@ -29,10 +32,12 @@ from cfmtrain.train import checkpoint as ckpt
 from cfmtrain.train import summary
 from cfmtrain.train.build import Run
 from cfmtrain.train.config import TrainConfig
-from cfmtrain.train.loop import StopFlag, evaluate, train_epoch, world_size
+from cfmtrain.train.loop import StopFlag, epoch_steps, evaluate, world_size
 from cfmtrain.train.metrics import ErrorSums
 from cfmtrain.train.steps import STEP_FIELDS, StepRecord
 from cfmtrain.train.warmup import warm_up
+
+T = TypeVar("T")
 
 
 class Recorder:
@@ -85,25 +90,42 @@ class Recorder:
             summary.write_rows(self.out / "epochs.csv", summary.EPOCH_FIELDS, self.epochs)
 
 
-def _checkpoint(run: Run, epoch: int, done: int, t_start: float, pending: list,
+def _checkpoint(run: Run, epoch: int, done: int, elapsed_s: float, pending: list,
                 recorder: Recorder) -> None:
     """A mid-epoch checkpoint (collective: gathers step records and partial sums)."""
     recorder.add_steps(pending)
     pending.clear()
-    partial = {"sums": run.train_errors.reduced().values,
-               "elapsed_s": time.perf_counter() - t_start}
+    partial = {"sums": run.train_errors.reduced().values, "elapsed_s": elapsed_s}
     if run.env.rank == 0:
         ckpt.save_checkpoint(ckpt.checkpoint_state(run, epoch, done, partial),
                              run.out / ckpt.CHECKPOINT)
 
 
-def run_epoch(run: Run, epoch: int, skip: int, partial: dict | None, stop: StopFlag,
-              recorder: Recorder) -> bool:
-    """Train one epoch (from step `skip`), validate, step the scheduler, checkpoint.
-    Returns False if the run must stop (SIGTERM or max_steps) before finishing."""
+Turns = Generator[float, None, T]  # yields its share of the work done; returns its result
+
+
+def drive(turns: Turns[T]) -> T:
+    """Run a generator of turns to its end; its return value."""
+    while True:
+        try:
+            next(turns)
+        except StopIteration as end:
+            return end.value
+
+
+def epoch_turns(run: Run, epoch: int, skip: int, partial: dict | None, stop: StopFlag,
+                recorder: Recorder, plan: int | None = None) -> Turns[bool]:
+    """Train one epoch (from step `skip`), then validate, step the scheduler and checkpoint,
+    yielding after every step the share of the epoch's steps done, so that the caller may
+    interleave the epochs of several runs (measure.rounds). The epoch's time counts only the
+    time spent inside it; the batches are those of the sampler's epoch `plan` (default:
+    `epoch`). Returns False if the run must stop (SIGTERM or max_steps) first."""
     cfg, main = run.cfg, run.env.rank == 0
-    elapsed = partial["elapsed_s"] if partial else 0.0
-    t_start = time.perf_counter() - elapsed
+    clock = {"own": partial["elapsed_s"] if partial else 0.0, "since": time.perf_counter()}
+
+    def elapsed() -> float:
+        return clock["own"] + time.perf_counter() - clock["since"]
+
     run.train_errors = ErrorSums()
     if partial and main:
         run.train_errors.values += partial["sums"]
@@ -111,30 +133,33 @@ def run_epoch(run: Run, epoch: int, skip: int, partial: dict | None, stop: StopF
     bar = tqdm(total=steps, initial=skip, desc=f"epoch {epoch}", unit="step", file=sys.stderr,
                disable=not (main and cfg.progress), mininterval=1.0, leave=False)
     pending: list[StepRecord] = []
-    halt = {"now": False, "mid": False}
     last_epoch = epoch + 1 >= cfg.epochs
-
-    def on_step(done: int, record: StepRecord) -> bool:
-        if "first_step_at" not in run.timeline:
-            run.timeline["first_step_at"] = time.time()
-        pending.append(record)
-        bar.update(1)
-        budget = 0 < cfg.max_steps <= run.global_step and not (last_epoch and done == steps)
-        halt["now"] = stop.agreed() or budget  # max_steps at the run's end: just finish
-        every = cfg.checkpoint_every and run.global_step % cfg.checkpoint_every == 0
-        if done < steps and (halt["now"] or every):
-            _checkpoint(run, epoch, done, t_start, pending, recorder)
-        halt["mid"] = halt["now"] and done < steps
-        return halt["mid"]
-
-    train_epoch(run, epoch, skip, on_step)
-    bar.close()
-    if halt["mid"]:
-        return False
-    wall = time.perf_counter() - t_start
+    done, now = skip, False
+    records = epoch_steps(run, epoch, skip, plan)
+    try:
+        for record in records:
+            done += 1
+            if "first_step_at" not in run.timeline:
+                run.timeline["first_step_at"] = time.time()
+            pending.append(record)
+            bar.update(1)
+            budget = 0 < cfg.max_steps <= run.global_step and not (last_epoch and done == steps)
+            now = stop.agreed() or budget  # max_steps at the run's end: just finish
+            every = cfg.checkpoint_every and run.global_step % cfg.checkpoint_every == 0
+            if done < steps and (now or every):
+                _checkpoint(run, epoch, done, elapsed(), pending, recorder)
+            if now and done < steps:
+                return False
+            clock["own"] = elapsed()
+            yield done / steps
+            clock["since"] = time.perf_counter()
+    finally:  # also when the caller closes it early
+        records.close()
+        bar.close()
+    wall = elapsed()
     recorder.add_steps(pending)
     _end_epoch(run, epoch, wall, partial is not None, recorder)
-    return not (halt["now"] or stop.agreed())
+    return not (now or stop.agreed())
 
 
 # the validation columns of an epoch that eval_interval skips: empty in epochs.csv
@@ -182,9 +207,9 @@ def _end_epoch(run: Run, epoch: int, wall: float, resumed: bool, recorder: Recor
                              run.out / ckpt.CHECKPOINT)
 
 
-def finish(run: Run, recorder: Recorder, host: dict) -> dict:
+def finish(run: Run, recorder: Recorder, host: dict, extra: dict | None = None) -> dict:
     """Test-set errors per subset, the exported .model, test_mae.csv and summary.json (with
-    `host`: the load and steal samples of the training's start and end)."""
+    `host`: the load and steal samples of the training's start and end; `extra`: more keys)."""
     cfg, store = run.cfg, run.store
     names = store.subset_names
     test = evaluate(run, run.test_set, cfg.batch.valid_graphs_per_batch,
@@ -216,6 +241,7 @@ def finish(run: Run, recorder: Recorder, host: dict) -> dict:
                                              if len(recorder.epochs) > 1 else 0)
     load = {**host, "cpu_time_s": cpu, "wall_cpu_ratio": ratio}
     result = summary.summarize(run, recorder.epochs, test.as_dict(cfg.optim), batch, load)
+    result.update(extra or {})
     summary.write_json(run.out / "summary.json", result)
     return result
 
@@ -247,11 +273,24 @@ def write_timeline(run: Run) -> None:
             tmp.write_text(json.dumps(run.timeline, indent=1))
 
 
-def train(run: Run, state: dict | None, stop: StopFlag, last: bool = True) -> bool:
-    """Train `run` (restored from `state` if given) to the end or to a stop (SIGTERM, seen
-    through `stop`, or max_steps); True if it completed. A run whose checkpoint ends its last
-    epoch only finishes. After the outputs of the `last` run of the process, SIGTERM is
-    ignored; after an earlier one `stop` keeps recording it (the caller stops between runs)."""
+@dataclasses.dataclass
+class Progress:
+    """Where a run stands between epochs: its next epoch (and the step and partial sums of a
+    resumed one), its step recorder and the host's sample at its start."""
+
+    run: Run
+    recorder: Recorder
+    epoch: int
+    skip: int = 0
+    partial: dict | None = None
+    host_start: dict = dataclasses.field(default_factory=dict)
+    probe_start: float = math.nan
+    plan: int | None = None  # the sampler's epoch every epoch replays (None: its own)
+
+
+def begin(run: Run, state: dict | None) -> Progress:
+    """Restore `run` from `state` if given, drop a stale summary.json, warm the memory up on its
+    largest batches and sample the host: the run is ready for its next epoch."""
     epoch, skip, partial = 0, 0, None
     main = run.env.rank == 0
     if state is not None:
@@ -268,24 +307,50 @@ def train(run: Run, state: dict | None, stop: StopFlag, last: bool = True) -> bo
     recorder = Recorder(run.out, main, run.global_step, epoch)
     if epoch < run.cfg.epochs and run.cfg.warm_up:
         warm_up(run, range(epoch, run.cfg.epochs))
-    probe_start = contention.speed_probe()[0]
-    start = contention.host_sample()
-    while epoch < run.cfg.epochs:
-        if not run_epoch(run, epoch, skip, partial, stop, recorder):
-            write_timeline(run)
-            if main:
-                print(f"stopped at global step {run.global_step}: checkpoint written to "
-                      f"{run.out / ckpt.CHECKPOINT}; continue with --resume",
-                      file=sys.stderr, flush=True)
-            return False
-        epoch, skip, partial = epoch + 1, 0, None
+    return Progress(run, recorder, epoch, skip, partial, contention.host_sample(),
+                    contention.speed_probe()[0])
+
+
+def next_epoch_turns(progress: Progress, stop: StopFlag) -> Turns[bool]:
+    """The run's next epoch as turns (epoch_turns); False if it stopped part-way (SIGTERM or
+    max_steps: the checkpoint is written, and so is timeline.json)."""
+    run = progress.run
+    if not (yield from epoch_turns(run, progress.epoch, progress.skip, progress.partial, stop,
+                                   progress.recorder, progress.plan)):
+        write_timeline(run)
+        if run.env.rank == 0:
+            print(f"stopped at global step {run.global_step}: checkpoint written to "
+                  f"{run.out / ckpt.CHECKPOINT}; continue with --resume",
+                  file=sys.stderr, flush=True)
+        return False
+    progress.epoch, progress.skip, progress.partial = progress.epoch + 1, 0, None
+    return True
+
+
+def end(progress: Progress, extra: dict | None = None) -> dict:
+    """The trained run's outputs (timeline.json, then finish's; `extra` keys added to
+    summary.json); rank 0's summary, {} on the others (collectives inside)."""
+    run = progress.run
     write_timeline(run)
-    end = contention.host_sample()
-    probes = _all_ranks([probe_start, contention.speed_probe()[0]])
-    finish(run, recorder, {**{f"{k}_{when}": v[k] for when, v in (("start", start), ("end", end))
-                              for k in ("loadavg", "steal", "cpu_total")},
-                           "probe_start_s": max(p[0] for p in probes),
-                           "probe_end_s": max(p[1] for p in probes)})
+    end_host = contention.host_sample()
+    probes = _all_ranks([progress.probe_start, contention.speed_probe()[0]])
+    host = {f"{k}_{when}": v[k] for when, v in (("start", progress.host_start),
+                                                 ("end", end_host))
+            for k in ("loadavg", "steal", "cpu_total")}
+    return finish(run, progress.recorder, {**host, "probe_start_s": max(p[0] for p in probes),
+                                           "probe_end_s": max(p[1] for p in probes)}, extra)
+
+
+def train(run: Run, state: dict | None, stop: StopFlag, last: bool = True) -> bool:
+    """Train `run` (restored from `state` if given) to the end or to a stop (SIGTERM, seen
+    through `stop`, or max_steps); True if it completed. A run whose checkpoint ends its last
+    epoch only finishes. After the outputs of the `last` run of the process, SIGTERM is
+    ignored; after an earlier one `stop` keeps recording it (the caller stops between runs)."""
+    progress = begin(run, state)
+    while progress.epoch < run.cfg.epochs:
+        if not drive(next_epoch_turns(progress, stop)):
+            return False
+    end(progress)
     # Every output is complete (rank 0 wrote them; other ranks only wait for the end now). A
     # SIGTERM from here on, e.g. in the interpreter's teardown after Python's handlers are
     # gone, must not make the process exit 143: Snakemake would delete the finished outputs.
