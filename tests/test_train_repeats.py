@@ -136,7 +136,7 @@ def test_a_contended_repeat_is_flagged_not_re_measured(tmp_path, monkeypatch):
         assert repeats.run(args) == 0
     finally:
         signal.signal(signal.SIGTERM, handler)
-    assert len(launches) == 1 and launches[0][-4:] == ["--repeats", "3", "--first-repeat", "1"]
+    assert len(launches) == 1 and launches[0][-2:] == ["--repeats", "3"]
     cell = json.loads((tmp_path / "summary.json").read_text())
     assert (cell["epoch_time_s"], cell["epoch_time_min_s"], cell["epoch_time_max_s"]) == (
         4.1, 4.0, 5.0)
@@ -189,25 +189,18 @@ def test_the_command_must_be_train_with_an_output(tmp_path):
         repeats.cell_command(["train", "--graphs", "g"], 2)
     with pytest.raises(ValueError, match="cfmtrain cell --repeats"):
         repeats.cell_command(["train", "--output", str(tmp_path), "--repeats", "2"], 2)
-    with pytest.raises(ValueError, match="cfmtrain cell --repeats"):
-        repeats.cell_command(["train", "--output", str(tmp_path), "--first-repeat", "2"], 2)
     assert repeats.cell_command(["train", "--output", str(tmp_path), "--x"], 2) == tmp_path
     assert train_cli.repeat_outputs(tmp_path, None) == [tmp_path]
     assert train_cli.repeat_outputs(tmp_path, 2) == [tmp_path / "rep1", tmp_path / "rep2"]
-    assert train_cli.repeat_outputs(tmp_path, 2, first=4) == [tmp_path / "rep4",
-                                                              tmp_path / "rep5"]
     with pytest.raises(ValueError, match="at least 1"):
         train_cli.repeat_outputs(tmp_path, 0)
-    with pytest.raises(ValueError, match="--first-repeat needs --repeats"):
-        train_cli.repeat_outputs(tmp_path, None, first=2)
-    # the launcher's "complete" after a stop: the last repeat's summary.json (rep5 of 4 and 5)
+    # the launcher's "complete" after a stop: the last repeat's summary.json (rep2 of 2)
     since = time.time() - 1
-    (tmp_path / "rep5").mkdir()
-    (tmp_path / "rep5" / "summary.json").write_text("{}")
     command = ["train", "--output", str(tmp_path), "--repeats", "2"]
     assert completed_run(command, since) is None
-    assert completed_run([*command, "--first-repeat", "4"], since) == (
-        tmp_path / "rep5" / "summary.json")
+    (tmp_path / "rep2").mkdir()
+    (tmp_path / "rep2" / "summary.json").write_text("{}")
+    assert completed_run(command, since) == tmp_path / "rep2" / "summary.json"
 
 
 def cell_argv(data, out: Path, *settings: str, limits: tuple[str, ...] = ()) -> list[str]:
@@ -331,7 +324,7 @@ def test_a_stop_after_a_complete_repeat_ends_the_cell_unless_it_was_the_last(
             for name in repeats.PUBLISHED:
                 (out / f"rep{k}" / name).write_text(name)
             (out / f"rep{k}" / "summary.json").write_text(json.dumps(run_summary(10.0 + k, 1.0)))
-        assert argv[-4:] == ["--repeats", str(count), "--first-repeat", "1"]
+        assert argv[-2:] == ["--repeats", str(count)]
         return 0, True
 
     monkeypatch.setattr(repeats, "run_child", fake_launch)

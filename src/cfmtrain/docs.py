@@ -54,7 +54,8 @@ def _x(value: float) -> str:
 
 def _ablation(f: pd.DataFrame) -> str:
     both = f[f.variant == "both"]
-    return "; ".join(f"{r.dataset} at {r.ranks} rank(s) {_x(r.speedup)}"
+    return "; ".join(f"{r.dataset} at {r.ranks} rank(s) {_x(r.speedup)} ({r.speedup_p10:.2f}-"
+                     f"{r.speedup_p90:.2f} over {r.rounds:.0f} paired rounds)"
                      for r in both.itertuples()) + " (`both` over `baseline`, epoch time)"
 
 
@@ -135,7 +136,8 @@ def _scale(f: pd.DataFrame) -> str:
 RESULTS = (
     Result("Ablation (Figure 6)", "ablation.csv", "results/figures/fig06_ablation.csv",
            "make run", _ablation,
-           ("dataset", "ranks", "variant", "epoch_time_s", "speedup", "contended")),
+           ("dataset", "ranks", "variant", "epoch_time_s", "speedup", "speedup_p10",
+            "speedup_p90", "rounds")),
     Result("Training step against mace-torch", "kernels_goals.csv",
            "results/bench/kernels_goals.csv",
            "cfmtrain bench kernels --preset goals --ops model --impls fused mace", _step,

@@ -150,15 +150,13 @@ def run_srun(argv: list[str], env: dict[str, str]) -> int:
 
 def completed_run(command: list[str], since: float) -> Path | None:
     """The summary.json in the command's `--output` folder (with `--repeats N`, of its last
-    repeat, rep<N> or, from `--first-repeat K`, rep<K + N - 1>) if written after `since` (epoch
-    seconds): the run is complete (`cfmtrain train` writes it last, only then)."""
+    repeat, rep<N>) if written after `since` (epoch seconds): the run is complete (`cfmtrain
+    train` writes it last, only then)."""
     if "--output" not in command[:-1]:
         return None
     folder = Path(command[command.index("--output") + 1])
     if "--repeats" in command[:-1]:
         last = int(command[command.index("--repeats") + 1])
-        if "--first-repeat" in command[:-1]:
-            last += int(command[command.index("--first-repeat") + 1]) - 1
         folder = folder / f"rep{last}"
     return summary_written(folder, since)
 

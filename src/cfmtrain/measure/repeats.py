@@ -68,7 +68,7 @@ def cell_command(command: list[str], repeats: int) -> Path:
     if command[:1] != ["train"] or "--output" not in command[:-1]:
         raise ValueError("give the `train` command with its --output after `--`, e.g. "
                          "`cfmtrain cell --ranks 2 -- train --graphs G --split S --output CELL`")
-    if "--repeats" in command or "--first-repeat" in command:
+    if "--repeats" in command:
         raise ValueError("give the repeats to `cfmtrain cell --repeats`, not to `train`")
     if repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {repeats}")
@@ -197,14 +197,11 @@ def run(args: argparse.Namespace) -> int:
 
 def train_repeats(launch: list[str], command: list[str], folder: Path, summaries: list[dict],
                   count: int) -> tuple[int, bool]:
-    """Train `count` more repeats of the cell (one launch) after the `summaries` read so far,
-    appending theirs; (0, or the exit code to end the cell with if one did not finish;
-    whether a SIGTERM came)."""
-    first = len(summaries) + 1
+    """Train the cell's `count` repeats (one launch), appending their summaries; (0, or the
+    exit code to end the cell with if one did not finish; whether a SIGTERM came)."""
     since = time.time()
-    code, stopped = run_child([*launch, *command, "--repeats", str(count),
-                               "--first-repeat", str(first)])
-    for k in range(first, first + count):
+    code, stopped = run_child([*launch, *command, "--repeats", str(count)])
+    for k in range(1, count + 1):
         rep = folder / f"rep{k}"
         done = None if code else summary_written(rep, since)
         if done is None:

@@ -55,23 +55,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="train the run N times, each afresh (a fresh model, the same "
                              "seed), into OUTPUT/rep1 ... OUTPUT/repN; --resume applies to "
                              "each (default: once, into OUTPUT itself)")
-    parser.add_argument("--first-repeat", type=int, default=1, metavar="K",
-                        help="number the repeats from K: OUTPUT/repK ... (with --repeats; "
-                             "`cfmtrain cell` re-measures a disturbed repeat so)")
 
 
-def repeat_outputs(output: Path, repeats: int | None, first: int = 1) -> list[Path]:
-    """The run folders: OUTPUT itself without --repeats, else OUTPUT/rep<first> ...
-    OUTPUT/rep<first + repeats - 1>."""
-    if first < 1:
-        raise ValueError(f"--first-repeat must be at least 1, got {first}")
+def repeat_outputs(output: Path, repeats: int | None) -> list[Path]:
+    """The run folders: OUTPUT itself without --repeats, else OUTPUT/rep1 ... OUTPUT/repN."""
     if repeats is None:
-        if first != 1:
-            raise ValueError("--first-repeat needs --repeats")
         return [output]
     if repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {repeats}")
-    return [output / f"rep{k}" for k in range(first, first + repeats)]
+    return [output / f"rep{k}" for k in range(1, repeats + 1)]
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -163,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = list(args.overrides) + ([f"variant={args.variant}"] if args.variant else [])
     env = distenv.DistEnv.from_environ()
     try:
-        outputs = repeat_outputs(args.output, args.repeats, args.first_repeat)
+        outputs = repeat_outputs(args.output, args.repeats)
         first = _settings(argparse.Namespace(**{**vars(args), "output": outputs[0]}),
                           overrides, env.rank)
     except (ValueError, ConfigError, FileNotFoundError) as err:
