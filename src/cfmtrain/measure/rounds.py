@@ -116,7 +116,9 @@ def paired_rows(rounds: Rounds, dataset: str, ranks: int) -> list[dict]:
 
 
 def round_rows(rounds: Rounds) -> list[dict]:
-    """rounds.csv: one row per round and variant, in the order they ran."""
+    """rounds.csv: one row per round and variant: its place in the round's shuffled order
+    (which breaks ties of the interleaving), its epoch time (its own steps), and the wall and
+    CPU seconds of all its turns (validation included)."""
     return [{"round": r + 1, "position": p + 1, "variant": rounds.names[k],
              "epoch_s": rounds.seconds[r, k], "wall_s": rounds.wall[r, k],
              "cpu_s": rounds.cpu[r, k]}
@@ -156,7 +158,7 @@ def train_group(args: argparse.Namespace, cfgs: dict[str, TrainConfig], env, dev
             write_json(out / "config.json", to_dict(cfg))
         run = build_run(cfg, graphs, args.split, out, env, device, stats=stats,
                         cutoff=args.cutoff)
-        run.dataset = args.dataset or args.graphs[0].resolve().name
+        run.dataset = rounds_dataset(args)
         stats = dataclasses.asdict(run.stats)  # the same training set: computed once
         progress[variant] = begin(run, None)
         progress[variant].plan = PLAN
@@ -203,9 +205,8 @@ def run(args: argparse.Namespace) -> int:
         train_cli.leave_on_crash(env)
         raise
     if env.rank == 0:
-        dataset = rounds_dataset(args)
         write_csv(args.output / "rounds.csv", ROUND_COLUMNS, round_rows(rounds))
-        rows = paired_rows(rounds, dataset, env.world_size)
+        rows = paired_rows(rounds, rounds_dataset(args), env.world_size)
         write_csv(args.output / "paired.csv", PAIRED_COLUMNS, rows)
         for row in rows:
             print(f"{row['variant']:>9} over {row['reference']:<9} {row['ratio_median']:.3f}x "
