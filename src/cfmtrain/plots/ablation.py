@@ -1,6 +1,7 @@
 """Figure 6: speed-up of each variant over the baseline, per data set size and rank count,
-drawn from its table (cells.speedup_table): bars at the speed-up, error bars from the cells'
-repeats, contended cells hatched."""
+drawn from its table (cells.speedup_table): bars at the median of the group's paired per-round
+ratios, error bars their 10-90% range (for runs without rounds: the repeats' min and max),
+contended cells hatched."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def draw_ablation(table: pd.DataFrame, output: str | Path, title: str) -> list[P
     ax.set_xticks(np.arange(len(groups)),
                   [f"{d}\n{r} rank{'s' * (r > 1)}" for d, r in groups])
     ax.set_xlabel("data set (nested subsets, small to large) and ranks")
-    ax.set_ylabel("speedup over baseline (x, median per-epoch time ratio)")
+    ax.set_ylabel("speedup over baseline (x, median of paired rounds;\nbars: 10-90% range)")
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     handles, texts = ax.get_legend_handles_labels()

@@ -100,7 +100,7 @@ def draw_speedup(table: pd.DataFrame, output: str | Path, title: str) -> list[Pa
                     (best["ranks"], best["speedup"]), textcoords="offset points",
                     xytext=(-6, -14), ha="right", va="top", fontsize=8, weight="bold")
     _log_ranks(ax, table.ranks)
-    ax.set_ylabel("speedup over baseline (x, per-epoch time ratio)")
+    ax.set_ylabel("speedup over baseline (x, per-epoch time; measured: paired median)")
     return _finish(fig, ax, table, title, output, "speedup", 1.0)
 
 
