@@ -77,6 +77,9 @@ def test_a_groups_paired_ratios_give_its_speedups_and_their_range(ablation_cells
                    tmp_path / "f" / "fig07.png")
     assert fig07.set_index("variant").loc["both", "speedup"] == pytest.approx(
         expected["both"][1])
+    # strong scaling of one variant alone needs no baseline: no speed-up, no rounds
+    alone = cells.strong_scaling_table(cells.cells_table([ablation_cells[1]]))
+    assert alone.speedup.isna().all() and (alone["rounds"] == 0).all()
     with pytest.raises(ValueError, match=r"bad/paired.csv: not a paired.csv"):
         (tmp_path / "bad").mkdir()
         (tmp_path / "bad" / "paired.csv").write_text("a,b\n1,2\n")

@@ -133,10 +133,10 @@ def speedup_range(table: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 
 
 def _paired_speedups(table: pd.DataFrame, paired: pd.DataFrame | None) -> pd.DataFrame:
-    """`table` with each row's speed-up over its group's baseline and its paired range."""
-    ratios = speedup_table(table, paired, "scaling")
-    keys = ["dataset", "ranks", "variant"]
-    return table.merge(ratios[[*keys, "speedup", *PAIRED_COLUMNS]], on=keys, how="left")
+    """`table` with each row's paired speed-up over its group's baseline and its range, where
+    `paired` has the group (NaN and rounds 0 elsewhere: scaling needs no baseline)."""
+    return with_paired(table.assign(speedup=math.nan),
+                       read_paired([]) if paired is None else paired)
 
 
 def strong_scaling_table(cells: pd.DataFrame, paired: pd.DataFrame | None = None
