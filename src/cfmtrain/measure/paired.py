@@ -80,32 +80,6 @@ class Ratio:
                 "rounds": self.rounds}
 
 
-def run_rounds(arms: Mapping[str, Arm], rounds: int, seed: int = 0, warmup: int = 0) -> Rounds:
-    """Run every arm once per round, in a shuffled order per round (numpy's default_rng(seed)),
-    after `warmup` untimed rounds. An arm that returns a number reports its own seconds (e.g.
-    an epoch time read from a run's summary); otherwise its wall time counts."""
-    if rounds < 1 or len(arms) < 2:
-        raise ValueError(f"a paired comparison needs >= 2 arms and >= 1 round "
-                         f"({len(arms)} arms, {rounds} rounds)")
-    names = tuple(arms)
-    rng = np.random.default_rng(seed)
-    for _ in range(warmup):
-        for name in names:
-            arms[name]()
-    shape = (rounds, len(names))
-    seconds, wall, cpu = np.zeros(shape), np.zeros(shape), np.zeros(shape)
-    order = np.zeros(shape, dtype=np.int64)
-    for r in range(rounds):
-        order[r] = rng.permutation(len(names))
-        for k in order[r]:
-            cpu0, wall0 = _cpu_seconds(), time.perf_counter()
-            own = arms[names[k]]()
-            wall[r, k] = time.perf_counter() - wall0
-            cpu[r, k] = _cpu_seconds() - cpu0
-            seconds[r, k] = _own_seconds(names[k], own, wall[r, k])
-    return Rounds(names, seconds, wall, cpu, order, seed)
-
-
 def _own_seconds(name: str, own: float | None, wall: float) -> float:
     """An arm's seconds: its own figure if it returned one, else its wall time."""
     if isinstance(own, bool):  # e.g. a solver's converged flag: not seconds
@@ -139,6 +113,50 @@ def _interleave(arms: Mapping[str, Interleaved], names: tuple[str, ...], order: 
     return seconds, wall, cpu
 
 
+RoundOf = Callable[[Mapping, tuple[str, ...], np.ndarray],
+                   tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def _paired(arms: Mapping, rounds: int, seed: int, warmup: int, one_round: RoundOf) -> Rounds:
+    """The rounds of either way of running arms: `warmup` untimed rounds in name order, then
+    `rounds` timed ones, each in an order shuffled with numpy's default_rng(seed)."""
+    if rounds < 1 or len(arms) < 2:
+        raise ValueError(f"a paired comparison needs >= 2 arms and >= 1 round "
+                         f"({len(arms)} arms, {rounds} rounds)")
+    names = tuple(arms)
+    rng = np.random.default_rng(seed)
+    for _ in range(warmup):
+        one_round(arms, names, np.arange(len(names)))
+    shape = (rounds, len(names))
+    seconds, wall, cpu = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    order = np.zeros(shape, dtype=np.int64)
+    for r in range(rounds):
+        order[r] = rng.permutation(len(names))
+        seconds[r], wall[r], cpu[r] = one_round(arms, names, order[r])
+    return Rounds(names, seconds, wall, cpu, order, seed)
+
+
+def _one_after_another(arms: Mapping[str, Arm], names: tuple[str, ...], order: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One round of arms run once each in `order`: each arm's (seconds, wall, CPU)."""
+    n = len(names)
+    seconds, wall, cpu = np.zeros(n), np.zeros(n), np.zeros(n)
+    for k in order:
+        cpu0, wall0 = _cpu_seconds(), time.perf_counter()
+        own = arms[names[k]]()
+        wall[k] = time.perf_counter() - wall0
+        cpu[k] = _cpu_seconds() - cpu0
+        seconds[k] = _own_seconds(names[k], own, wall[k])
+    return seconds, wall, cpu
+
+
+def run_rounds(arms: Mapping[str, Arm], rounds: int, seed: int = 0, warmup: int = 0) -> Rounds:
+    """Run every arm once per round, in a shuffled order per round (numpy's default_rng(seed)),
+    after `warmup` untimed rounds. An arm that returns a number reports its own seconds (e.g.
+    an epoch time read from a run's summary); otherwise its wall time counts."""
+    return _paired(arms, rounds, seed, warmup, _one_after_another)
+
+
 def run_interleaved(arms: Mapping[str, Interleaved], rounds: int, seed: int = 0,
                     warmup: int = 0) -> Rounds:
     """Paired rounds whose arms run interleaved, piece by piece, rather than one after
@@ -148,20 +166,7 @@ def run_interleaved(arms: Mapping[str, Interleaved], rounds: int, seed: int = 0,
     only the round's. The choice depends on the shares alone, never on time, so processes
     that run the same arms (the ranks of a training) take the same turns. `warmup` untimed
     rounds first."""
-    if rounds < 1 or len(arms) < 2:
-        raise ValueError(f"a paired comparison needs >= 2 arms and >= 1 round "
-                         f"({len(arms)} arms, {rounds} rounds)")
-    names = tuple(arms)
-    rng = np.random.default_rng(seed)
-    for _ in range(warmup):
-        _interleave(arms, names, np.arange(len(names)))
-    shape = (rounds, len(names))
-    seconds, wall, cpu = np.zeros(shape), np.zeros(shape), np.zeros(shape)
-    order = np.zeros(shape, dtype=np.int64)
-    for r in range(rounds):
-        order[r] = rng.permutation(len(names))
-        seconds[r], wall[r], cpu[r] = _interleave(arms, names, order[r])
-    return Rounds(names, seconds, wall, cpu, order, seed)
+    return _paired(arms, rounds, seed, warmup, _interleave)
 
 
 def table(rounds: Rounds, reference: str) -> list[dict]:
