@@ -21,10 +21,12 @@ from cfmtrain.bench.accuracy_runs import (
     MACE_NAME,
     Bench,
     RunResult,
-    log_times,
+    log_stamps,
     mace_curve,
+    mace_times,
     run_cfmtrain,
 )
+from cfmtrain.measure.paired import run_rounds
 from cfmtrain.train.config import load_config
 
 
@@ -47,6 +49,14 @@ def curve(run: str, walls: list[float], maes: list[float]) -> pd.DataFrame:
                          "valid_mae_f_meV_per_A": maes})
 
 
+def rounds_of(seed: int, epochs: dict[str, list[float]]) -> pd.DataFrame:
+    """round_rows of paired rounds whose runs' epochs took `epochs` seconds."""
+    queues = {run: iter(times) for run, times in epochs.items()}
+    arms = {run: (lambda q=queue: next(q)) for run, queue in queues.items()}
+    rounds = run_rounds(arms, len(next(iter(epochs.values()))), seed=seed)
+    return accuracy.round_rows(rounds).assign(seed=seed)
+
+
 def test_summary_ratios_and_goals():
     curves = pd.concat([curve(MACE, [10, 20, 30, 40], [80, 60, 50, 40]),
                         curve("baseline", [12, 24, 36, 48], [70, 55, 45, 44]),  # never 40
@@ -63,7 +73,12 @@ def test_summary_ratios_and_goals():
     assert summary.loc["baseline", "mae_f_ratio"] == pytest.approx(44 / 40)
     assert summary.loc["both", "mae_e_ratio"] == pytest.approx(30 / 40)
     assert summary.loc["both", "epoch_s"] == 2 and summary.loc[MACE, "epoch_s"] == 10
-    lines = accuracy.goal_lines(summary.reset_index())
+    rounds = rounds_of(0, {MACE: [10, 12, 8, 10], "baseline": [12, 15, 10, 12],
+                           "both": [2, 2.4, 1.6, 2]})
+    lines = accuracy.goal_lines(summary.reset_index(), rounds)
+    assert "both: epoch time in paired rounds: 5.00x mace_run_train's (5.00-5.00, 10-90% of " \
+           "4 rounds)" in lines
+    assert any(line.startswith("baseline: epoch time in paired rounds: 0.82x") for line in lines)
     assert "baseline: time to mace_run_train's final force MAE: reached in 0 of 1 seeds" in lines[0]
     assert "both: time to mace_run_train's final force MAE: 5.0 s, 8.00x" in lines[1]
     assert not any("noise floor" in line for line in lines)  # one seed: no spread to state
@@ -90,7 +105,15 @@ def test_overall_takes_medians_over_seeds():
                      "speedup": speedup, "reached": not math.isnan(speedup),
                      "time_to_target_s": 100 / speedup, "epoch_s": 10.0 + seed})
     summary = pd.DataFrame(rows)
-    total = accuracy.overall(summary).set_index("run")
+    rounds = pd.concat([  # both's epochs over the seeds' rounds: 5x, 4x and 6x mace's
+        rounds_of(0, {MACE: [10.0], "baseline": [12.5], "both": [2.0]}),
+        rounds_of(1, {MACE: [12.0], "baseline": [15.0], "both": [3.0]}),
+        rounds_of(2, {MACE: [10.0], "baseline": [12.5], "both": [10 / 6]})])
+    total = accuracy.overall(summary, rounds).set_index("run")
+    assert total.loc["both", ["ratio_median", "ratio_p10", "ratio_p90", "rounds"]].tolist() == \
+        pytest.approx([5.0, 4.2, 5.8, 3])
+    assert total.loc["baseline", "ratio_median"] == pytest.approx(0.8)
+    assert total.loc[MACE, "ratio_median"] == 1
     assert total.loc["both", "speedup"] == pytest.approx(3.1)  # median of 3.5, 2.5, 3.1
     assert (total.loc["both", "speedup_min"], total.loc["both", "speedup_max"]) == (2.5, 3.5)
     # a seed that never reached the target counts as the slowest: median of 0.8, never, 0.7
@@ -102,7 +125,7 @@ def test_overall_takes_medians_over_seeds():
     assert total.loc["baseline", "mae_f_ratio"] == pytest.approx(58 / 55)
     assert total.loc[MACE, "mae_e_spread"] == pytest.approx((140 - 100) / 120)
     assert total.loc[MACE, "epoch_s"] == 11.0
-    lines = accuracy.goal_lines(summary)
+    lines = accuracy.goal_lines(summary, rounds)
     assert "over 3 seeds" in lines[1] and "reached in 2 of 3 seeds" in lines[0]
     assert any(line.startswith("noise floor: mace_run_train's own MAEs after 5 epochs vary "
                                "over the seeds by 33% (E)") for line in lines)
@@ -119,42 +142,70 @@ def test_mace_log_times_and_curve(tmp_path):
                    "2026-01-01 10:00:01.500 INFO: Initial: head: Default, loss=1\n"
                    "2026-01-01 10:00:04.000 INFO: Epoch 0: head: Default, loss=1\n"
                    "2026-01-01 10:01:01.750 INFO: Epoch 1: head: Default, loss=1\n")
-    times = log_times(log)
-    assert times == {None: 0.0, 0: 2.5, 1: 60.25}
+    stamps = log_stamps(log)
+    start = stamps[None]
+    assert {k: v - start for k, v in stamps.items()} == {None: 0.0, 0: 2.5, 1: 60.25}
+    assert mace_times(stamps) == {0: 2.5, 1: 60.25}
+    # stopped for 20 s during epoch 1 (and before training started): not its time
+    stops = [(start - 5, start - 1), (start + 30, start + 50)]
+    times = mace_times(stamps, stops)
+    assert times == pytest.approx({0: 2.5, 1: 40.25})
     records = [{"mode": "eval", "epoch": None, "mae_e_per_atom": 1.0, "mae_f": 1.0},
                {"mode": "eval", "epoch": 0, "mae_e_per_atom": 0.02, "mae_f": 0.3},
                {"mode": "eval", "epoch": 1, "mae_e_per_atom": 0.01, "mae_f": 0.2}]
     got = mace_curve(records, times)
     assert list(got.columns) == list(CURVE_FIELDS) and list(got.epoch) == [0, 1]
-    np.testing.assert_allclose(got.wall_s, [2.5, 60.25])
+    np.testing.assert_allclose(got.wall_s, [2.5, 40.25])
     np.testing.assert_allclose(got.valid_mae_f_meV_per_A, [300, 200])
     np.testing.assert_allclose(got.valid_mae_e_meV_per_atom, [20, 10])
+    with pytest.raises(ValueError, match="Initial"):
+        mace_times({0: start})
 
 
 def fake_run(run: str, maes: list[float], **info) -> RunResult:
     return RunResult(curve(run, [10.0 * (k + 1) for k in range(len(maes))], maes),
-                     {"steps_per_epoch": 3, "process_wall_s": 1.0, "e0s": {29: 0.5},
+                     {"steps_per_epoch": 3, "process_wall_s": 1.0, "e0s": {29: 0.5}, "stops": [],
                       "capacity": {"source": "auto", "value": 40}, **info})
+
+
+EPOCH_S = {MACE: 10.0, "baseline": 12.5, "both": 2.0}  # the fake runs' epochs in paired rounds
+
+
+def fake_paired(calls: list, maes_of):
+    """A train_paired that records its call and returns fake runs with the E0s given and
+    `maes_of(bench, run)` as their curves, in paired rounds of EPOCH_S."""
+    def train_paired(bench, store, parts, e0s, variants):
+        calls.append((bench.cfg.seed, "paired", bench.cfg.epochs, bench.work.name))
+        results = {run: fake_run(run, maes_of(bench, run), data_wait_pct=1.0)
+                   for run in (*variants, MACE)}
+        for result in results.values():
+            result.info["e0s"] = dict(e0s)
+        arms = {run: (lambda t=EPOCH_S[run]: t) for run in results}
+        return results, run_rounds(arms, bench.cfg.epochs, seed=bench.cfg.seed)
+    return train_paired
 
 
 def test_extra_epochs_resume_only_runs_short_of_the_target(tmp_path, monkeypatch):
     store, split, _ = make_store(tmp_path / "store", n=12)
-    maes = {"baseline": [90.0, 80.0, 70.0, 60.0], "both": [90.0, 50.0, 45.0]}
+    maes = {"baseline": [90.0, 80.0, 70.0, 60.0], "both": [90.0, 50.0, 45.0],
+            MACE: [70.0, 55.0]}
     calls = []
 
-    def run_cfmtrain(bench, variant, epochs, resume=False):
+    def run_cfmtrain(bench, variant, epochs, resume=False, stops=()):
         calls.append((variant, epochs, resume))
-        return fake_run(variant, maes[variant][:epochs], data_wait_pct=1.5)
+        return fake_run(variant, maes[variant][:epochs], data_wait_pct=1.5,
+                        e0s=bench.cfg.model.e0s)
 
     monkeypatch.setattr(accuracy, "run_cfmtrain", run_cfmtrain)
-    monkeypatch.setattr(accuracy, "run_mace", lambda *a: fake_run(MACE, [70.0, 55.0]))
+    monkeypatch.setattr(accuracy, "train_paired",
+                        fake_paired(calls, lambda bench, run: maes[run][:bench.cfg.epochs]))
     parser = argparse.ArgumentParser()
     accuracy.add_arguments(parser)
     out = tmp_path / "bench"
     assert accuracy.run(parser.parse_args([
         "--graphs", str(store), "--split", str(split), "--epochs", "2", "--extra-epochs", "2",
         "--name", "fake", "--output-dir", str(out), "--figure", str(tmp_path / "f.png")])) == 0
-    assert calls == [("baseline", 2, False), ("both", 2, False), ("baseline", 3, True),
+    assert calls == [(0, "paired", 2, "seed0"), ("baseline", 3, True),
                      ("baseline", 4, True)]  # both reached 55 at epoch 2; baseline never
     curves = pd.read_csv(out / "accuracy_fake.csv")
     assert curves.groupby("run").size().to_dict() == {"baseline": 4, "both": 2, MACE: 2}
@@ -165,6 +216,13 @@ def test_extra_epochs_resume_only_runs_short_of_the_target(tmp_path, monkeypatch
     assert summary.loc["baseline", "mae_f_ratio"] == pytest.approx(80 / 55)
     assert not summary.loc["baseline", "reached"]
     assert summary.loc["both", "time_to_target_s"] == pytest.approx(10 + 10 * 35 / 40)
+    # the paired rounds: two, one epoch of each run per round, the speed-ups per round
+    rounds = pd.read_csv(out / "accuracy_fake_rounds.csv")
+    assert sorted(rounds.groupby("round").run.apply(sorted).tolist()) == [sorted(EPOCH_S)] * 2
+    assert summary.loc["both", ["ratio_median", "ratio_p10", "ratio_p90", "rounds"]].tolist() \
+        == pytest.approx([5.0, 5.0, 5.0, 2])
+    overall = pd.read_csv(out / "accuracy_fake_overall.csv").set_index("run")
+    assert overall.loc["baseline", "ratio_median"] == pytest.approx(0.8)
 
 
 @pytest.mark.slow
@@ -189,7 +247,7 @@ def test_bench_end_to_end(tmp_path):
     out = tmp_path / "bench"
     args = parser.parse_args([
         "--graphs", str(store), "--split", str(split), "--preset", "quick", "--epochs", "2",
-        "--ranks", "1", "--threads", "1", "--graphs-per-batch", "3", "--extra-epochs", "0",
+        "--ranks", "2", "--threads", "2", "--graphs-per-batch", "3", "--extra-epochs", "0",
         "--name", "tiny",
         "--output-dir", str(out), "--figure", str(tmp_path / "fig.png"),
         *[a for s in TINY for a in ("--set", s)]])
@@ -216,7 +274,20 @@ def test_bench_end_to_end(tmp_path):
     waits = summary.data_wait_pct  # cfmtrain's share of step time waiting for data
     assert 0 < waits["baseline"] < 100 and 0 < waits["both"] < 100 and np.isnan(waits[MACE])
     record = json.loads((out / "accuracy_tiny.json").read_text())["per_seed"][0]
-    assert record["e0s_max_abs_diff_eV"] < 1e-6 and record["mace_batch_size"] == 3
+    assert record["e0s_max_abs_diff_eV"] < 1e-6 and record["mace_batch_size"] == 6
+    # paired rounds: each a shuffled order of the three runs' epochs, the processes (torchrun's
+    # ranks too) waiting stopped meanwhile; the speed-ups are those of the rounds' epochs
+    rounds = pd.read_csv(out / "accuracy_tiny_rounds.csv")
+    runs = sorted(accuracy.RUNS)
+    assert sorted(rounds.groupby("round").run.apply(sorted).tolist()) == [runs] * 2
+    assert (summary.stopped_s > 0).all() and (summary["rounds"] == 2).all()
+    for run in accuracy.RUNS:  # each round's epoch is the run's own (its curve's) epoch
+        epoch_s = np.diff(np.concatenate([[0], curves[curves.run == run].wall_s]))
+        np.testing.assert_allclose(rounds[rounds.run == run].sort_values("round").epoch_s,
+                                   epoch_s)
+    times = rounds.pivot(index="round", columns="run", values="epoch_s")
+    np.testing.assert_allclose(summary.loc["both", "ratio_median"],
+                               np.median(times[MACE] / times["both"]))
     # batch.capacity auto (the default): both takes as many optimiser steps as the baseline
     assert record["capacity"]["source"] == "auto"
     steps = summary.steps_per_epoch
@@ -233,21 +304,17 @@ def test_several_seeds_train_each_triple_and_write_the_overall_table(tmp_path, m
     store, split, _ = make_store(tmp_path / "store", n=12)
     calls = []
 
-    def run_cfmtrain(bench, variant, epochs, resume=False):
-        calls.append((bench.cfg.seed, variant, bench.work.name))
-        return fake_run(variant, [60.0 - bench.cfg.seed, 40.0], data_wait_pct=1.0)
+    def maes(bench, run):
+        return [70.0, 50.0 + bench.cfg.seed] if run == MACE else [60.0 - bench.cfg.seed, 40.0]
 
-    monkeypatch.setattr(accuracy, "run_cfmtrain", run_cfmtrain)
-    monkeypatch.setattr(accuracy, "run_mace",
-                        lambda bench, *a: fake_run(MACE, [70.0, 50.0 + bench.cfg.seed]))
+    monkeypatch.setattr(accuracy, "train_paired", fake_paired(calls, maes))
     parser = argparse.ArgumentParser()
     accuracy.add_arguments(parser)
     out = tmp_path / "bench"
     argv = ["--graphs", str(store), "--split", str(split), "--epochs", "2", "--seeds", "3", "4",
             "--name", "two", "--output-dir", str(out), "--figure", str(tmp_path / "f.png")]
     assert accuracy.run(parser.parse_args(argv)) == 0
-    assert calls == [(3, "baseline", "seed3"), (3, "both", "seed3"), (4, "baseline", "seed4"),
-                     (4, "both", "seed4")]
+    assert calls == [(3, "paired", 2, "seed3"), (4, "paired", 2, "seed4")]
     summary = pd.read_csv(out / "accuracy_two_summary.csv")
     assert sorted(zip(summary.seed, summary.run, strict=True)) == sorted(
         (s, r) for s in (3, 4) for r in accuracy.RUNS)
@@ -259,18 +326,20 @@ def test_several_seeds_train_each_triple_and_write_the_overall_table(tmp_path, m
     record = json.loads((out / "accuracy_two.json").read_text())
     assert record["seeds"] == [3, 4] and [f["seed"] for f in record["per_seed"]] == [3, 4]
     assert any("noise floor" in line for line in record["goals"])
+    rounds = pd.read_csv(out / "accuracy_two_rounds.csv")  # 2 seeds x 2 rounds x 3 runs
+    assert len(rounds) == 12 and set(rounds.seed) == {3, 4} and total.loc["both", "rounds"] == 4
     # a rerun takes the finished seeds as they are; other settings train them again
     first = pd.read_csv(out / "accuracy_two_summary.csv")
     calls.clear()
     assert accuracy.run(parser.parse_args([*argv, "--seeds", "4", "3", "5"])) == 0
-    assert calls == [(5, "baseline", "seed5"), (5, "both", "seed5")]
+    assert calls == [(5, "paired", 2, "seed5")]
     again = pd.read_csv(out / "accuracy_two_summary.csv")
     pd.testing.assert_frame_equal(again[again.seed != 5].sort_values(["seed", "run"])
                                   .reset_index(drop=True),
                                   first.sort_values(["seed", "run"]).reset_index(drop=True))
     calls.clear()
     assert accuracy.run(parser.parse_args([*argv, "--extra-epochs", "1"])) == 0
-    assert [c[0] for c in calls] == [3, 3, 4, 4]
+    assert [c[0] for c in calls] == [3, 4]
     twice = [a if a != "4" else "3" for a in argv]  # --seeds 3 3: refused before training
     with pytest.raises(SystemExit, match="repeats a seed"):
         accuracy.run(parser.parse_args(twice))

@@ -18,6 +18,7 @@ rule bench_accuracy:
     output:
         csv="results/bench/accuracy_{dataset}_{apreset}.csv",
         summary="results/bench/accuracy_{dataset}_{apreset}_summary.csv",
+        rounds="results/bench/accuracy_{dataset}_{apreset}_rounds.csv",
         overall="results/bench/accuracy_{dataset}_{apreset}_overall.csv",
         json="results/bench/accuracy_{dataset}_{apreset}.json",
         png="results/figures/fig_accuracy_{dataset}_{apreset}.png",

@@ -12,9 +12,15 @@ early in training two equally good runs differ by more than the 10% the MAE goal
 seed cannot tell a real gap from the trajectory's luck; mace_run_train's own spread over the
 seeds is reported beside the ratios as that noise floor.
 
+The three runs of a seed train in paired rounds: a round is one epoch of each, in an order
+shuffled with the seed, the others waiting stopped (accuracy_runs.train_paired). The times of
+all three then span the same minutes of a shared host, and each round's ratio of epoch times
+(ratio_median, ratio_p10, ratio_p90 over the rounds) holds while the host's speed moves.
+
 Writes results/bench/accuracy_<name>.csv (one row per seed, run and epoch),
-accuracy_<name>_summary.csv (one row per seed and run), accuracy_<name>_overall.csv (one row per
-run: medians and min-max over the seeds), accuracy_<name>.json (settings, E0s, summaries, goals)
+accuracy_<name>_summary.csv (one row per seed and run), accuracy_<name>_rounds.csv (one row per
+seed, round and run), accuracy_<name>_overall.csv (one row per run: medians and min-max over
+the seeds, paired ratios over all rounds), accuracy_<name>.json (settings, E0s, summaries, goals)
 and results/figures/fig_accuracy_<name>.png (+ .pdf); the runs' folders are kept in
 results/bench/accuracy_<name>/seed<k>/. A seed whose three runs finished writes seed.json there
 (its curves, summary and the settings they were trained with): a rerun with the same settings,
@@ -24,6 +30,7 @@ graphs and split (after a stop, or with more seeds) takes it instead of training
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from pathlib import Path
 
@@ -31,11 +38,12 @@ import numpy as np
 import pandas as pd
 
 from cfmtrain.bench.accuracy_figure import draw
-from cfmtrain.bench.accuracy_runs import MACE, Bench, run_cfmtrain, run_mace
+from cfmtrain.bench.accuracy_runs import MACE, Bench, run_cfmtrain, train_paired
 from cfmtrain.bench.table import report
 from cfmtrain.dist.distenv import available_cpus
 from cfmtrain.graphs.store import GraphStore
-from cfmtrain.train.build import load_parts
+from cfmtrain.measure.paired import Ratio, Rounds
+from cfmtrain.train.build import load_parts, training_stats
 from cfmtrain.train.config import load_config, to_dict
 from cfmtrain.train.summary import write_json
 
@@ -96,6 +104,7 @@ def summarize(curve: pd.DataFrame, infos: dict[str, dict]) -> pd.DataFrame:
             "epoch_s": float(walls[1:].mean() if len(walls) > 1 else walls.mean()),
             "train_s": float(rows_of_run.wall_s.iloc[-1]),
             "process_wall_s": infos[run]["process_wall_s"],
+            "stopped_s": infos[run].get("stopped_s", 0.0),  # waiting for the others' turns
             "data_wait_pct": infos[run].get("data_wait_pct", math.nan),
             "equal_epochs": last_epoch + 1,
             "mae_e_meV_per_atom": float(at.valid_mae_e_meV_per_atom),
@@ -108,13 +117,31 @@ def summarize(curve: pd.DataFrame, infos: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def overall(summary: pd.DataFrame) -> pd.DataFrame:
+def round_rows(rounds: Rounds) -> pd.DataFrame:
+    """One row per paired round and run: the round, the run's place in it and its epoch's own
+    seconds."""
+    return pd.DataFrame([{"round": r, "position": p, "run": rounds.names[k],
+                          "epoch_s": float(rounds.seconds[r, k])}
+                         for r, order in enumerate(rounds.order) for p, k in enumerate(order)])
+
+
+def paired_columns(rounds: pd.DataFrame, runs) -> dict[str, list]:
+    """For each of `runs`, the paired speed-up of its epochs over mace_run_train's in the same
+    rounds (`rounds`: round_rows, of one seed or several): ratio_median, ratio_p10, ratio_p90,
+    rounds."""
+    times = rounds.pivot_table(index=["seed", "round"], columns="run", values="epoch_s")
+    columns = [Ratio.of(times[MACE] / times[run]).columns() for run in runs]
+    return {key: [c[key] for c in columns] for key in columns[0]}
+
+
+def overall(summary: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
     """One row per run over the seeds of `summary` (one row per seed and run): the median and
     min-max of the speed-up, time to target and epoch time; the median MAEs at equal epochs,
     their ratio to mace_run_train's median (`mae_*_ratio`) and the range of the per-seed
     ratios; each run's own spread of its MAEs over the seeds, (max - min) / median
     (`mae_*_spread`: mace_run_train's is the noise floor of any comparison); the worst data
-    wait; and how many seeds reached the target."""
+    wait; how many seeds reached the target; and the paired speed-up of its epochs over
+    mace_run_train's over every seed's `rounds` (round_rows)."""
     ref = summary[summary.run == MACE]
     rows = []
     for run in RUNS:
@@ -140,13 +167,13 @@ def overall(summary: pd.DataFrame) -> pd.DataFrame:
             row[f"mae_{kind}_ratio_max"] = float(of[f"mae_{kind}_ratio"].max())
             row[f"mae_{kind}_spread"] = float((of[column].max() - of[column].min()) / median)
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).assign(**paired_columns(rounds, RUNS))
 
 
-def goal_lines(summary: pd.DataFrame) -> list[str]:
+def goal_lines(summary: pd.DataFrame, rounds: pd.DataFrame) -> list[str]:
     """The goals, each with its numbers and met / not met, from the per-seed summary:
     medians over the seeds, with the per-seed range where there are several."""
-    rows = overall(summary).set_index("run")
+    rows = overall(summary, rounds).set_index("run")
     several = int(rows.seeds.max()) > 1
 
     def spread(row, key: str, fmt: str) -> str:
@@ -165,6 +192,9 @@ def goal_lines(summary: pd.DataFrame) -> list[str]:
                      f"({row.mae_e_ratio:.3f}x mace_run_train's{spread(row, 'mae_e_ratio', '.3f')}"
                      f"), F {row.mae_f_meV_per_A:.2f} meV/Å ({row.mae_f_ratio:.3f}x"
                      f"{spread(row, 'mae_f_ratio', '.3f')})")
+    lines += [f"{run}: epoch time in paired rounds: {row.ratio_median:.2f}x mace_run_train's "
+              f"({row.ratio_p10:.2f}-{row.ratio_p90:.2f}, 10-90% of {int(row.rounds)} rounds)"
+              for run, row in rows.drop(index=MACE).iterrows()]
     both, base = rows.loc["both"], rows.loc["baseline"]
     lines.append(f"both against baseline after {int(both.equal_epochs)} epochs: MAE E "
                  f"{both.mae_e_meV_per_atom / base.mae_e_meV_per_atom:.3f}x, F "
@@ -241,7 +271,8 @@ def _settings(args: argparse.Namespace, seed: int) -> list[str]:
     settings += [f"epochs={args.epochs or preset['epochs']}", f"seed={seed}",
                  "progress=false", "measure_straggler=false",
                  "eval_interval=1",  # a point of the curve per epoch, as mace_run_train's
-                 "warm_up=false"]  # first-touch costs inside the timed epochs, as mace-torch's
+                 "warm_up=false",  # first-touch costs inside the timed epochs, as mace-torch's
+                 "timeout_s=86400"]  # a collective may wait while another run has its turn
     if args.graphs_per_batch:
         settings.append(f"batch.graphs_per_batch={args.graphs_per_batch}")
     return settings + list(args.overrides)
@@ -289,17 +320,17 @@ def run_seed(args: argparse.Namespace, seed: int, store, graphs: list[Path], wor
     (work / SEED_RECORD).unlink(missing_ok=True)
     cfg = load_config(None, _settings(args, seed))
     parts = load_parts(store, args.split_path, cfg)
+    stats = training_stats(cfg, store, parts)  # every run gets exactly these E0s
+    e0s = dict(zip(stats.zs, stats.e0s, strict=True))
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, e0s=e0s))
     work.mkdir(parents=True, exist_ok=True)
     bench = Bench(cfg=cfg, graphs=[g.resolve() for g in graphs],
                   split=args.split_path.resolve(), ranks=args.ranks,
                   threads=args.threads or available_cpus(), work=work)
-    results = {}
-    for variant in RUNS[:2]:
-        print(f"seed {seed}: training cfmtrain {variant} ({args.ranks} ranks)...", flush=True)
-        results[variant] = run_cfmtrain(bench, variant, cfg.epochs)
-    e0s = results["baseline"].info["e0s"]  # mace_run_train gets exactly the baseline's E0s
-    print(f"seed {seed}: training mace_run_train (E0s {e0s})...", flush=True)
-    results[MACE] = run_mace(bench, store, parts, e0s)
+    print(f"seed {seed}: training cfmtrain {' and '.join(RUNS[:2])} ({args.ranks} ranks) and "
+          f"mace_run_train (E0s {e0s}) in {cfg.epochs} paired rounds of one epoch...",
+          flush=True)
+    results, rounds = train_paired(bench, store, parts, e0s, RUNS[:2])
     target = float(results[MACE].curve.valid_mae_f_meV_per_A.iloc[-1])
     for variant in RUNS[:2]:
         for epochs in range(cfg.epochs + 1, cfg.epochs + args.extra_epochs + 1):
@@ -307,9 +338,10 @@ def run_seed(args: argparse.Namespace, seed: int, store, graphs: list[Path], wor
                 break
             print(f"seed {seed}: cfmtrain {variant}: epoch {epochs} (mace_run_train's final "
                   f"force MAE {target:.2f} meV/Å not reached yet)...", flush=True)
-            before = results[variant].info["process_wall_s"]
-            results[variant] = run_cfmtrain(bench, variant, epochs, resume=True)
-            results[variant].info["process_wall_s"] += before
+            before = results[variant].info
+            results[variant] = run_cfmtrain(bench, variant, epochs, resume=True,
+                                            stops=before["stops"])
+            results[variant].info["process_wall_s"] += before["process_wall_s"]
     e0_diff = max(abs(r.info["e0s"][z] - e0s[z]) for r in results.values() for z in e0s)
     if e0_diff > E0_TOLERANCE_EV:
         print(f"warning: seed {seed}: the runs' E0s differ by up to {e0_diff:.3g} eV", flush=True)
@@ -321,7 +353,10 @@ def run_seed(args: argparse.Namespace, seed: int, store, graphs: list[Path], wor
              "graphs_per_part": {k: len(v) for k, v in parts.items()},
              "e0s_eV": {str(z): e for z, e in e0s.items()}, "e0s_max_abs_diff_eV": e0_diff,
              "config": to_dict(cfg)}
+    table = round_rows(rounds).assign(seed=seed)
+    summary = summary.assign(**paired_columns(table, summary.run))
     curve, summary = curve.assign(seed=seed), summary.assign(seed=seed)
+    facts["rounds"] = table.to_dict("records")
     write_json(work / SEED_RECORD, {"key": key, "curve": curve.to_dict("records"),
                                     "summary": summary.to_dict("records"), "facts": facts})
     return curve, summary, facts
@@ -353,10 +388,14 @@ def run(args: argparse.Namespace) -> int:
                              ].to_dict("records"),
                      args.output_dir / f"accuracy_{name}_summary.csv",
                      f"time to accuracy on {name}: per seed and run")
-    totals = report(overall(summary).to_dict("records"),
+    rounds = pd.DataFrame([r for fact in facts for r in fact["rounds"]])
+    report(rounds[first + [c for c in rounds.columns if c not in first]].to_dict("records"),
+           args.output_dir / f"accuracy_{name}_rounds.csv",
+           f"time to accuracy on {name}: each run's epoch in each paired round")
+    totals = report(overall(summary, rounds).to_dict("records"),
                     args.output_dir / f"accuracy_{name}_overall.csv",
                     f"time to accuracy on {name}: per run over {len(args.seeds)} seed(s)")
-    lines = goal_lines(summary)
+    lines = goal_lines(summary, rounds)
     print("\n" + "\n".join(lines))
     figure = args.figure or Path("results/figures") / f"fig_accuracy_{name}.png"
     print(f"wrote {', '.join(map(str, draw(curve, summary, figure, f'time to accuracy: {name}')))}")
@@ -365,8 +404,10 @@ def run(args: argparse.Namespace) -> int:
         "split": str(args.split_path.resolve()), "ranks": args.ranks, "seeds": args.seeds,
         "per_seed": facts, "goals": lines, "summary": summary.to_dict("records"),
         "overall": totals.to_dict("records"),
-        "timing": "cumulative seconds of training epochs with their validation; cfmtrain: "
-                  "sum of epochs.csv wall_s + valid_s; mace_run_train: its 'Epoch N' log "
-                  "line's time stamp minus its 'Initial' line's. Start-up and the final test "
-                  "evaluation excluded (process_wall_s includes them)"})
+        "timing": "the three runs in paired rounds of one epoch each (order shuffled with "
+                  "the seed), each waiting stopped during the others' turns; cumulative "
+                  "seconds of training epochs with their validation, less the time stopped: "
+                  "cfmtrain: epochs.csv wall_s + valid_s; mace_run_train: between its 'Epoch "
+                  "N' log lines' time stamps, from its 'Initial' line's. Start-up and the "
+                  "final test evaluation excluded (process_wall_s includes them)"})
     return 0

@@ -2,24 +2,30 @@
 `baseline` and `both` (through `cfmtrain launch`) and mace-torch's own `mace_run_train`, on the
 same graphs, split, model, epochs, E0s and batch settings.
 
+The three train in paired rounds (`train_paired`): each is a process run one epoch per turn
+(measure.turns), and a round is one epoch of each, in an order shuffled with the seed
+(measure.paired.run_rounds), so a slow minute of a shared host falls on one round's epochs
+and cancels in their ratios. The processes wait stopped while another has its turn.
+
 Each curve has one row per epoch: the cumulative training wall time up to the end of that
-epoch's validation, and the validation MAEs in meV/atom and meV/Å. cfmtrain's time is the sum
-of its epochs.csv `wall_s + valid_s`; mace_run_train's is the time stamp of its "Epoch N" log
-line (written right after that epoch's validation) minus that of its "Initial" line (the
-validation before any training, which cfmtrain does not do). Start-up and the final test
-evaluation are outside both; each process's whole wall time is reported beside them.
+epoch's validation, and the validation MAEs in meV/atom and meV/Å. An epoch's time is the
+run's own measure less the time its process was stopped within it: cfmtrain's epochs.csv
+`wall_s + valid_s` (ending at `ended_unix_s`); mace_run_train's time between the time stamps
+of its "Epoch N" log lines (written right after that epoch's validation), the first epoch
+counted from its "Initial" line (the validation before any training, which cfmtrain does not
+do). Start-up and the final test evaluation are outside both; each process's whole running
+time is reported beside them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
 import re
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,13 +35,15 @@ import yaml
 from cfmtrain.bench.baseline_check import (
     export_extxyz,
     mace_arguments,
-    mace_process,
     mace_records,
     subprocess_env,
 )
+from cfmtrain.measure.paired import Rounds, run_rounds
+from cfmtrain.measure.turns import EpochTurns, stopped_within
 from cfmtrain.simulate.runs import read_steps
 from cfmtrain.train.config import TrainConfig, to_dict
 from cfmtrain.train.model import stats_of
+from cfmtrain.train.summary import read_rows
 
 MACE = "mace_run_train"
 MACE_NAME = "accuracy"  # mace_run_train's --name
@@ -78,19 +86,28 @@ def model_e0s(path: Path) -> dict[int, float]:
     return dict(zip(stats.zs, stats.e0s, strict=True))
 
 
-def cfmtrain_curve(run: str, epochs: pd.DataFrame) -> pd.DataFrame:
+def cfmtrain_times(epochs: pd.DataFrame, stops: list = ()) -> np.ndarray:
+    """Cumulative seconds at the end of each epoch of a cfmtrain run's epochs.csv, each epoch's
+    time less its process's `stops` within it."""
+    own = (epochs.wall_s + epochs.valid_s).to_numpy(float)
+    ended = epochs.ended_unix_s.to_numpy(float)
+    own = own - [stopped_within(stops, end - d, end) for d, end in zip(own, ended, strict=True)]
+    return np.cumsum(own)
+
+
+def cfmtrain_curve(run: str, epochs: pd.DataFrame, stops: list = ()) -> pd.DataFrame:
     """A cfmtrain run's curve from its epochs.csv (energies in eV/atom, forces in eV/Å)."""
     return pd.DataFrame({
-        "run": run, "epoch": epochs.epoch.astype(int),
-        "wall_s": (epochs.wall_s + epochs.valid_s).cumsum(),
+        "run": run, "epoch": epochs.epoch.astype(int), "wall_s": cfmtrain_times(epochs, stops),
         "valid_mae_e_meV_per_atom": 1000 * epochs.valid_mae_energy_per_atom,
         "valid_mae_f_meV_per_A": 1000 * epochs.valid_mae_forces})[list(CURVE_FIELDS)]
 
 
-def run_cfmtrain(bench: Bench, variant: str, epochs: int, resume: bool = False) -> RunResult:
+def cfmtrain_process(bench: Bench, variant: str, epochs: int, resume: bool = False
+                     ) -> EpochTurns:
     """`cfmtrain launch --ranks R -- train --variant <variant>` into work/<variant> for `epochs`
-    epochs in all: afresh, or with `resume` continued from the folder's checkpoint (the same
-    trajectory as one longer run; process start-up is not in the curve's times)."""
+    epochs in all, not started yet: afresh, or with `resume` continued from the folder's
+    checkpoint (the same trajectory as one longer run)."""
     folder = bench.work / variant
     if not resume:
         shutil.rmtree(folder, ignore_errors=True)
@@ -102,42 +119,65 @@ def run_cfmtrain(bench: Bench, variant: str, epochs: int, resume: bool = False) 
                "--threads", str(bench.rank_threads), "--", "train", "--graphs",
                *map(str, bench.graphs), "--split", str(bench.split), "--output", str(folder),
                "--config", str(config), *(["--resume", "auto"] if resume else [])]
-    log = bench.work / f"{variant}.log"
-    t0 = time.perf_counter()
-    with open(log, "a" if resume else "w") as out:
-        done = subprocess.run(command, env=subprocess_env(bench.rank_threads), stdout=out,
-                              stderr=subprocess.STDOUT)
-    wall = time.perf_counter() - t0
-    if done.returncode:
-        raise RuntimeError(f"cfmtrain train --variant {variant} failed ({done.returncode}); "
-                           f"see {log}")
+    return EpochTurns(f"cfmtrain train --variant {variant}", command,
+                      bench.work / f"{variant}.log",
+                      lambda: len(read_rows(folder / "epochs.csv")),
+                      env=subprocess_env(bench.rank_threads), append=resume)
+
+
+def cfmtrain_result(bench: Bench, variant: str, process: EpochTurns, stops: list = ()
+                    ) -> RunResult:
+    """A finished cfmtrain run's curve and facts; `stops` are those of earlier processes of
+    the run (before a resume), whose epochs its epochs.csv keeps."""
+    folder = bench.work / variant
     epochs_csv = pd.read_csv(folder / "epochs.csv")
     steps = read_steps(folder / "steps.csv")
-    return RunResult(cfmtrain_curve(variant, epochs_csv), {
-        "steps_per_epoch": int(epochs_csv.steps.iloc[-1]), "process_wall_s": wall,
+    stops = [*stops, *process.stops]
+    return RunResult(cfmtrain_curve(variant, epochs_csv, stops), {
+        "stops": stops, "stopped_s": sum(b - a for a, b in stops),
+        "steps_per_epoch": int(epochs_csv.steps.iloc[-1]), "process_wall_s": process.running_s,
         "data_wait_pct": float(100 * steps.data_s.sum() / steps.step_s.sum()),
         "e0s": model_e0s(folder / "final.model"),
         "capacity": json.loads((folder / "summary.json").read_text())["capacity"]})
 
 
-def log_times(log: Path) -> dict[int | None, float]:
-    """Seconds since mace_run_train's "Initial" validation line of each "Epoch N" line
-    (key N; the Initial line itself is key None, at 0)."""
-    stamps: dict[int | None, datetime.datetime] = {}
+def run_cfmtrain(bench: Bench, variant: str, epochs: int, resume: bool = False,
+                 stops: list = ()) -> RunResult:
+    """A cfmtrain run trained to its end alone (as the extra epochs are); `stops` as in
+    cfmtrain_result."""
+    with cfmtrain_process(bench, variant, epochs, resume) as process:
+        process.finish()
+    return cfmtrain_result(bench, variant, process, stops)
+
+
+def log_stamps(log: Path) -> dict[int | None, float]:
+    """Wall-clock time (Unix seconds) of mace_run_train's "Initial" validation line (key None)
+    and of each "Epoch N" line (key N)."""
+    stamps: dict[int | None, float] = {}
     for line in log.read_text(errors="replace").splitlines():
         match = LOG_LINE.match(line)
         if match:
             epoch = None if match[2] == "Initial" else int(match[3])
-            stamps.setdefault(epoch, datetime.datetime.strptime(match[1],
-                                                                "%Y-%m-%d %H:%M:%S.%f"))
+            stamp = datetime.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S.%f")
+            stamps.setdefault(epoch, stamp.timestamp())  # logging's stamps: local time
+    return stamps
+
+
+def mace_times(stamps: dict[int | None, float], stops: list = ()) -> dict[int, float]:
+    """Cumulative seconds at the end of each epoch of mace_run_train from the stamps of its
+    log lines (`log_stamps`), each epoch's time less its process's `stops` within it."""
     if None not in stamps:
-        raise ValueError(f"{log}: no 'Initial' validation line of mace_run_train")
-    return {k: (v - stamps[None]).total_seconds() for k, v in stamps.items()}
+        raise ValueError("no 'Initial' validation line of mace_run_train in its log")
+    times, wall, before = {}, 0.0, stamps[None]
+    for epoch in sorted(k for k in stamps if k is not None):
+        wall += stamps[epoch] - before - stopped_within(stops, before, stamps[epoch])
+        times[epoch], before = wall, stamps[epoch]
+    return times
 
 
-def mace_curve(records: list[dict], times: dict[int | None, float]) -> pd.DataFrame:
+def mace_curve(records: list[dict], times: dict[int, float]) -> pd.DataFrame:
     """mace_run_train's curve from its per-epoch eval records (eV/atom and eV/Å) and the
-    times of its log lines."""
+    times of its epochs (`mace_times`)."""
     rows = [{"run": MACE, "epoch": int(r["epoch"]), "wall_s": times[int(r["epoch"])],
              "valid_mae_e_meV_per_atom": 1000 * float(r["mae_e_per_atom"]),
              "valid_mae_f_meV_per_A": 1000 * float(r["mae_f"])}
@@ -145,10 +185,10 @@ def mace_curve(records: list[dict], times: dict[int | None, float]) -> pd.DataFr
     return pd.DataFrame(rows, columns=list(CURVE_FIELDS))
 
 
-def run_mace(bench: Bench, store, parts: dict[str, np.ndarray], e0s: dict[int, float]
-             ) -> RunResult:
+def mace_process(bench: Bench, store, parts: dict[str, np.ndarray], e0s: dict[int, float]
+                 ) -> EpochTurns:
     """mace_run_train in work/mace_run_train on the same training and validation graphs,
-    with the E0s given as an explicit dict."""
+    with the E0s given as an explicit dict; not started yet."""
     folder = bench.work / MACE
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -157,10 +197,55 @@ def run_mace(bench: Bench, store, parts: dict[str, np.ndarray], e0s: dict[int, f
     r_max = bench.cfg.model.r_max or store.cutoff
     arguments = mace_arguments(bench.cfg, r_max, folder, name=MACE_NAME, e0s=repr(e0s),
                                batch_size=bench.ranks * bench.cfg.batch.graphs_per_batch)
-    wall = mace_process(arguments, folder, subprocess_env(bench.threads))
+    log = folder / "mace_run_train.log"
+    # = the mace_run_train script, with this interpreter (its script may not be on PATH)
+    return EpochTurns(MACE, [sys.executable, "-m", "mace.cli.run_train", *arguments], log,
+                      lambda: sum(k is not None for k in log_stamps(log)),
+                      env=subprocess_env(bench.threads), cwd=folder)
+
+
+def mace_result(bench: Bench, process: EpochTurns) -> RunResult:
+    """A finished mace_run_train's curve and facts."""
+    folder = bench.work / MACE
     records = mace_records(folder, MACE_NAME, bench.cfg.seed, "eval")
-    curve = mace_curve(records, log_times(folder / "mace_run_train.log"))
+    curve = mace_curve(records, mace_times(log_stamps(process.log), process.stops))
     steps = mace_records(folder, MACE_NAME, bench.cfg.seed, "opt")
     return RunResult(curve, {
         "steps_per_epoch": sum(1 for s in steps if s["epoch"] == steps[-1]["epoch"]),
-        "process_wall_s": wall, "e0s": model_e0s(folder / f"{MACE_NAME}.model")})
+        "process_wall_s": process.running_s, "stopped_s": sum(b - a for a, b in process.stops),
+        "e0s": model_e0s(folder / f"{MACE_NAME}.model")})
+
+
+def _last_epoch_s(process: EpochTurns, times) -> float:
+    """One turn of `process`: its newest epoch's own seconds (`times(process)`: the cumulative
+    seconds at the end of each epoch so far)."""
+    process.turn()
+    wall = np.asarray(times(process), float)
+    return float(wall[-1] - (wall[-2] if len(wall) > 1 else 0.0))
+
+
+def train_paired(bench: Bench, store, parts: dict[str, np.ndarray], e0s: dict[int, float],
+                 variants: tuple[str, ...]) -> tuple[dict[str, RunResult], Rounds]:
+    """cfmtrain's `variants` and mace_run_train trained in paired rounds of one epoch each
+    (order shuffled with the config's seed), then each finished alone: their results and the
+    rounds (each run's own epoch seconds)."""
+    def cfmtrain_epochs(variant: str):
+        path = bench.work / variant / "epochs.csv"
+        return lambda p: cfmtrain_times(pd.read_csv(path), p.stops)
+
+    def mace_epochs(p: EpochTurns) -> list[float]:
+        return list(mace_times(log_stamps(p.log), p.stops).values())
+
+    with contextlib.ExitStack() as stack:
+        processes = {v: stack.enter_context(cfmtrain_process(bench, v, bench.cfg.epochs))
+                     for v in variants}
+        processes[MACE] = stack.enter_context(mace_process(bench, store, parts, e0s))
+        times = {**{v: cfmtrain_epochs(v) for v in variants}, MACE: mace_epochs}
+        arms = {run: (lambda p=processes[run], t=times[run]: _last_epoch_s(p, t))
+                for run in processes}
+        rounds = run_rounds(arms, bench.cfg.epochs, seed=bench.cfg.seed)
+        for process in processes.values():
+            process.finish()
+    results = {v: cfmtrain_result(bench, v, processes[v]) for v in variants}
+    results[MACE] = mace_result(bench, processes[MACE])
+    return results, rounds

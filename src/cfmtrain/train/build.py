@@ -101,15 +101,23 @@ def make_model(cfg: TrainConfig, store: GraphStore, parts: dict, env: DistEnv,
         raise ValueError(f"config model.r_max {r_max} exceeds the store's cutoff "
                          f"{store.cutoff} ({store.path}); the edges were built for the cutoff")
     if stats is None:
-        others = np.concatenate([parts["valid"], parts["test"]])
-        extra = model_mod.store_elements(store, others[env.rank::env.world_size])
-        extra = _union_over_ranks(extra, env.world_size)
-        fixed = model_mod.fixed_e0s(cfg.model.e0s_fixed) if cfg.model.e0s_fixed else None
-        data_stats = model_mod.compute_stats(store, parts["train"], extra, env.rank,
-                                             env.world_size, e0s=cfg.model.e0s, fixed=fixed)
+        data_stats = training_stats(cfg, store, parts, env)
     else:
         data_stats = model_mod.DataStats(**stats)
     return model_mod.build_model(cfg.model, data_stats, r_max, cfg.seed), data_stats
+
+
+def training_stats(cfg: TrainConfig, store: GraphStore, parts: dict,
+                   env: DistEnv | None = None) -> model_mod.DataStats:
+    """The training graphs' statistics (E0s, mean, scale, neighbours) for config `cfg`, with
+    the elements of the validation and test graphs; each rank of `env` reads a share."""
+    env = env or DistEnv()
+    others = np.concatenate([parts["valid"], parts["test"]])
+    extra = model_mod.store_elements(store, others[env.rank::env.world_size])
+    extra = _union_over_ranks(extra, env.world_size)
+    fixed = model_mod.fixed_e0s(cfg.model.e0s_fixed) if cfg.model.e0s_fixed else None
+    return model_mod.compute_stats(store, parts["train"], extra, env.rank, env.world_size,
+                                   e0s=cfg.model.e0s, fixed=fixed)
 
 
 def _union_over_ranks(zs: np.ndarray, world_size: int) -> np.ndarray:

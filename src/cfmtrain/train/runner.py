@@ -57,7 +57,9 @@ class Recorder:
                     if None not in r.values() and r.get("step") and int(r["step"]) < global_step]
             summary.write_rows(path, STEP_FIELDS, kept)
             self.epoch_rows = [r for r in kept if int(r["epoch"]) == epoch]
-        self.epochs = [r for r in summary.read_rows(out / "epochs.csv")
+        # an epochs.csv of an older version lacks the later columns: empty there
+        self.epochs = [{k: r.get(k, "") for k in summary.EPOCH_FIELDS}
+                       for r in summary.read_rows(out / "epochs.csv")
                        if int(r["epoch"]) < epoch] if is_main else []
 
     def add_steps(self, records: list[StepRecord]) -> None:
@@ -198,7 +200,8 @@ def _end_epoch(run: Run, epoch: int, wall: float, resumed: bool, recorder: Recor
             "valid_mae_energy_per_atom": valid["mae_energy_per_atom"],
             "valid_mae_forces": valid["mae_forces"], "atoms": int(atoms),
             "atoms_per_s": atoms / wall if wall > 0 else math.nan,
-            "compute_max_over_mean": ratio, "wait_mean_s": wait})
+            "compute_max_over_mean": ratio, "wait_mean_s": wait,
+            "ended_unix_s": time.time()})  # when validation ended: places the epoch in time
         said = (f", valid MAE E {1000 * valid['mae_energy_per_atom']:.2f} meV/atom, "
                 f"F {1000 * valid['mae_forces']:.1f} meV/Å" if validated else ", not validated")
         print(f"epoch {epoch}: {wall:.1f} s, train loss {train['loss']:.4g}{said}",

@@ -25,7 +25,7 @@ PACKAGES = ("cfmtrain", "torch", "mace-torch", "e3nn", "numpy", "cuequivariance-
 EPOCH_FIELDS = ("epoch", "wall_s", "valid_s", "steps", "resumed", "lr", "train_loss",
                 "train_mae_energy_per_atom", "train_mae_forces", "valid_loss",
                 "valid_mae_energy_per_atom", "valid_mae_forces", "atoms", "atoms_per_s",
-                "compute_max_over_mean", "wait_mean_s")
+                "compute_max_over_mean", "wait_mean_s", "ended_unix_s")
 FIRST_TIMED_EPOCH = 1  # the first epoch (index 0) is warm-up, left out of the epoch time
 
 
