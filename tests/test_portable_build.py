@@ -237,7 +237,8 @@ def test_a_library_not_built_is_named(monkeypatch):
 
 
 def test_bench_isa_compares_each_variant_with_generic():
-    """bench isa's table: medians over rounds, speedups and result differences against generic."""
+    """bench isa's table: medians over rounds, paired speed-ups and result differences against
+    generic."""
     from cfmtrain.bench.isa import _summarise
 
     config = {"op": "conv", "atoms": 8}
@@ -250,4 +251,7 @@ def test_bench_isa_compares_each_variant_with_generic():
     assert rows["avx2"]["min_s"] == 0.5 and rows["avx2"]["rounds"] == 3
     assert rows["avx2"]["speedup_vs_generic"] == rows["avx2"]["cpu_speedup_vs_generic"] == 2.5
     assert rows["generic"]["speedup_vs_generic"] == 1.0
+    # per round: 4 / 1, 6 / 3, 5 / 2: the median of the rounds' ratios and its range
+    assert [rows["avx2"][k] for k in ("ratio_median", "ratio_p10", "ratio_p90", "rounds")] == \
+        pytest.approx([2.5, 2.1, 3.7, 3])
     assert rows["avx2"]["max_rel_diff_vs_generic"] == pytest.approx(0.001)

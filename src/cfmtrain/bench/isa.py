@@ -1,11 +1,12 @@
 """The generic build of the fused ops against the tuned ones (cfmtrain.kernels.isa), in one run.
 
-The fused rows of a `cfmtrain bench kernels` preset, each configuration run once per ISA variant
-in turn, for a few rounds: every run is a subprocess with CFMTRAIN_CPU_ARCH naming its variant,
-which reports the variant it loaded. The CSV has a row per configuration and variant: the median
-over rounds of each round's median seconds (wall and CPU), the speedups against the generic build
-(CPU seconds move less than wall ones on a shared machine), and the largest difference of the
-results from the generic build's (relative to their norm).
+The fused rows of a `cfmtrain bench kernels` preset, each configuration run in paired rounds
+(measure.paired): once per ISA variant and round, in an order shuffled per round. Every run is
+a subprocess with CFMTRAIN_CPU_ARCH naming its variant, which reports the variant it loaded.
+The CSV has a row per configuration and variant: the median over rounds of each run's median
+seconds (wall and CPU), the speed-up against the generic build as the median of the per-round
+ratios (`ratio_p10`, `ratio_p90` its range; the same for CPU seconds), and the largest
+difference of the results from the generic build's (relative to their norm).
 
     cfmtrain bench isa --preset quick --rounds 2   # -> results/bench/isa_quick.csv
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -26,10 +28,11 @@ from cfmtrain.bench.kernels_worker import setup, time_step
 from cfmtrain.bench.table import report
 from cfmtrain.kernels import isa
 from cfmtrain.malloc_env import MALLOC_ENV
+from cfmtrain.measure.paired import Ratio, run_rounds
 
 COLUMNS = ["op", "model", "atoms", "edges", "dtype", "pass", "variant", "median_s", "min_s",
-           "median_cpu_s", "rounds", "reps", "speedup_vs_generic", "cpu_speedup_vs_generic",
-           "max_rel_diff_vs_generic"]
+           "median_cpu_s", "rounds", "reps", "speedup_vs_generic", "ratio_median", "ratio_p10",
+           "ratio_p90", "cpu_speedup_vs_generic", "max_rel_diff_vs_generic"]
 
 
 def built_variants() -> list[str]:
@@ -75,7 +78,8 @@ def _run_one(config: dict, variant: str, timeout: float) -> dict:
 
 
 def _summarise(runs: dict[tuple[int, str], list[dict]], configs: list[dict]) -> list[dict]:
-    """A row per configuration and variant from its runs, compared with the generic build's."""
+    """A row per configuration and variant from its runs (one per paired round, in round
+    order), compared with the generic build's round by round."""
     rows = []
     for index, config in enumerate(configs):
         group = [{**config, "variant": variant, "edges": results[0]["edges"],
@@ -83,20 +87,27 @@ def _summarise(runs: dict[tuple[int, str], list[dict]], configs: list[dict]) -> 
                   "median_s": statistics.median(r["median_s"] for r in results),
                   "min_s": min(r["min_s"] for r in results),
                   "median_cpu_s": statistics.median(r["median_cpu_s"] for r in results),
-                  "fingerprint": results[0]["fingerprint"]}
+                  "fingerprint": results[0]["fingerprint"], "runs": results}
                  for (i, variant), results in runs.items() if i == index]
         generic = next((r for r in group if r["variant"] == isa.GENERIC), None)
         for row in group:
-            for col, key in (("speedup_vs_generic", "median_s"),
-                             ("cpu_speedup_vs_generic", "median_cpu_s")):
-                row[col] = generic[key] / row[key] if generic else float("nan")
-            row["max_rel_diff_vs_generic"] = _rel_diff(row, generic) if generic else float("nan")
+            if generic is None:
+                row.update(speedup_vs_generic=math.nan, cpu_speedup_vs_generic=math.nan,
+                           max_rel_diff_vs_generic=math.nan)
+                continue
+            wall, cpu = (Ratio.of([g[key] / r[key] for g, r in zip(generic["runs"], row["runs"],
+                                                                   strict=True)])
+                         for key in ("median_s", "median_cpu_s"))
+            row.update(wall.columns(), speedup_vs_generic=wall.median,
+                       cpu_speedup_vs_generic=cpu.median,
+                       max_rel_diff_vs_generic=_rel_diff(row, generic))
         rows += group
     return rows
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run each fused configuration of the preset once per variant and round; write the CSV."""
+    """Run each fused configuration of the preset in paired rounds of its variants; write the
+    CSV."""
     if args.reps is not None and args.reps < 5:
         raise ValueError(f"--reps must be at least 5 (a median of >= 5), got {args.reps}")
     if args.rounds < 1:
@@ -106,13 +117,21 @@ def run(args: argparse.Namespace) -> int:
     configs = [c for c in _configs(picked) if c["op"] != "matmul"]
     runs: dict[tuple, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="cfmtrain-bench-isa-") as cache:
-        for round_ in range(args.rounds):
-            for index, config in enumerate(configs):
-                for variant in variants:  # interleaved: load drifts hit every variant alike
+        for index, config in enumerate(configs):
+            def arm(variant: str, index: int = index, config: dict = config):
+                def once() -> float:
                     result = _run_one({**config, "cache_dir": cache}, variant, args.timeout)
                     runs.setdefault((index, variant), []).append(result)
-                    print(json.dumps({"round": round_, "op": config["op"], "variant": variant,
+                    print(json.dumps({"op": config["op"], "variant": variant,
                                       "median_s": result["median_s"]}), flush=True)
+                    return result["median_s"]
+                return once
+
+            if len(variants) > 1:
+                run_rounds({v: arm(v) for v in variants}, args.rounds, seed=index)
+            else:  # nothing to pair with: its runs alone
+                for _ in range(args.rounds):
+                    arm(variants[0])()
     output = Path(args.output or f"results/bench/isa_{args.preset}.csv")
     rows = _summarise(runs, configs)
     report([{c: r.get(c) for c in COLUMNS} for r in rows], output,
