@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from ase import Atoms
 from cfmtrain.bench.table import report
 from cfmtrain.graphs.build import build_graphs
 from cfmtrain.graphs.store import GraphStore, write_shard
+from cfmtrain.measure.paired import Ratio, run_rounds
 from cfmtrain.paper import CUTOFF
 from cfmtrain.sources.mini import iter_mini_frames
 
@@ -72,29 +72,33 @@ PEERS: dict[str, Callable[[list[Atoms], float], int]] = {
 
 
 def measure(frames: list[Atoms], cutoff: float, repeats: int, distinct: int) -> list[dict]:
-    """Median time of each method over `repeats` rounds on the same frames (the first `distinct`
-    of which are all the distinct structures). Methods alternate within each round, so that a
-    change of machine load during the run affects every method alike."""
+    """Each method's median time over `repeats` paired rounds on the same frames (the first
+    `distinct` of which are all the distinct structures): every method once per round, in an
+    order shuffled per round (measure.paired), so that a change of machine load affects every
+    method of a round alike. `vs_vesin` is the median of the per-round ratios of graphs per
+    second to vesin's, with its 10-90% range (`ratio_p10`, `ratio_p90`)."""
     # ASE is ~30x slower: it gets one copy of the distinct structures (the same mixture)
     subsets = {name: frames[:distinct] if name == "ase.neighbor_list" else frames for name in PEERS}
     for name, fn in PEERS.items():
         fn(subsets[name][:5], cutoff)  # warm-up (imports, first allocations)
-    times: dict[str, list[float]] = {name: [] for name in PEERS}
     edges: dict[str, int] = {}
-    for _ in range(repeats):
-        for name, fn in PEERS.items():
-            start = time.perf_counter()
-            edges[name] = fn(subsets[name], cutoff)
-            times[name].append(time.perf_counter() - start)
+
+    def arm(name: str) -> Callable[[], None]:
+        def once() -> None:
+            edges[name] = PEERS[name](subsets[name], cutoff)
+        return once
+
+    rounds = run_rounds({name: arm(name) for name in PEERS}, repeats, seed=0)
+    vesin = "vesin (alone)"
     rows = []
     for name in PEERS:
-        seconds = float(np.median(times[name]))
+        seconds = float(np.median(rounds.times(name)))
         graphs = len(subsets[name])
+        # graphs per second over vesin's, round by round
+        ratio = Ratio.of(rounds.times(vesin) / rounds.times(name) * graphs / len(subsets[vesin]))
         rows.append({"method": name, "graphs": graphs, "edges": edges[name], "median_s": seconds,
-                     "graphs_per_s": graphs / seconds, "edges_per_s": edges[name] / seconds})
-    vesin_rate = next(r["graphs_per_s"] for r in rows if r["method"] == "vesin (alone)")
-    for row in rows:
-        row["vs_vesin"] = row["graphs_per_s"] / vesin_rate
+                     "graphs_per_s": graphs / seconds, "edges_per_s": edges[name] / seconds,
+                     "vs_vesin": ratio.median, **ratio.columns()})
     return rows
 
 
@@ -114,5 +118,5 @@ def run(args: argparse.Namespace) -> int:
     rows = measure(frames, args.cutoff, preset["repeats"], len(distinct))
     output = args.output or Path(f"results/bench/graphs_{args.preset}.csv")
     report(rows, output, f"Graph construction, {len(frames)} mini graphs, cutoff {args.cutoff} Å"
-           f" (median of {preset['repeats']})")
+           f" (median of {preset['repeats']} paired rounds)")
     return 0
