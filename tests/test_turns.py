@@ -5,6 +5,8 @@ still, and each epoch's own time less its stops is its running time."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
 import time
 
@@ -104,6 +106,39 @@ def test_closing_kills_a_stopped_tree(tmp_path):
     with _training(tmp_path, "a", 50, 0.1) as a:
         a.turn()
         tree = [a.proc.pid, *descendants(a.proc.pid)]
+    time.sleep(0.2)
+    assert not [p for p in tree if psutil.pid_exists(p)
+                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_stopped_controller_leaves_no_stopped_process(tmp_path):
+    """SIGTERM to the process running the turns (a cancelled job): it exits, and the training
+    it held stopped, child included, is killed rather than left stopped for good."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    pids = tmp_path / "pids"
+    controller = tmp_path / "controller.py"
+    controller.write_text(f"""
+import sys, time
+from pathlib import Path
+from cfmtrain.measure.turns import EpochTurns, descendants
+out = Path({str(tmp_path / "a.csv")!r})
+count = lambda: len(out.read_text().splitlines()) if out.exists() else 0
+with EpochTurns("a", [sys.executable, {str(script)!r}, str(out), "50", "0.1"],
+                Path({str(tmp_path / "a.log")!r}), count) as a:
+    a.turn()
+    Path({str(pids)!r}).write_text(" ".join(map(str, [a.proc.pid, *descendants(a.proc.pid)])))
+    time.sleep(60)
+""")
+    proc = subprocess.Popen([sys.executable, str(controller)])
+    deadline = time.time() + 60
+    while not pids.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    tree = [int(p) for p in pids.read_text().split()]
+    assert len(tree) == 2 and all(psutil.Process(p).status() == psutil.STATUS_STOPPED
+                                  for p in tree)
+    proc.terminate()
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     time.sleep(0.2)
     assert not [p for p in tree if psutil.pid_exists(p)
                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

@@ -46,6 +46,10 @@ def _signal(pids: Sequence[int], signum: int) -> None:
             pass
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 class EpochTurns:
     """One training subprocess, run a turn (one epoch) at a time; a context manager that kills
     what is left of it on exit."""
@@ -60,12 +64,19 @@ class EpochTurns:
         self.stops: list[tuple[float, float]] = []  # wall-clock (time.time) intervals stopped
         self.started = self.ended = math.nan
         self.turns = 0
+        self._previous = signal.SIG_DFL
 
     def __enter__(self) -> EpochTurns:
+        # a SIGTERM (a cancelled job) unwinds, so that close() kills the stopped processes
+        # rather than leaving them stopped for good
+        self._previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        try:
+            self.close()
+        finally:
+            signal.signal(signal.SIGTERM, self._previous)
 
     def _start(self) -> None:
         with open(self.log, "a" if self.append else "w") as out:
