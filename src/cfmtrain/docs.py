@@ -82,7 +82,8 @@ def _md(f: pd.DataFrame) -> str:
 def _accuracy(f: pd.DataFrame) -> str:
     r = f.set_index("run").loc["both"]
     return (f"`both` {_x(r.speedup)} sooner to `mace_run_train`'s final force MAE; MAEs at "
-            f"equal epochs {r.mae_e_ratio:.2f}x (energy), {r.mae_f_ratio:.2f}x (forces)")
+            f"equal epochs {r.mae_e_ratio:.2f}x (energy), {r.mae_f_ratio:.2f}x (forces); its "
+            f"epochs {_paired(r)}")
 
 
 def _loader(f: pd.DataFrame) -> str:

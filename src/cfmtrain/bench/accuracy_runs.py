@@ -35,6 +35,7 @@ import yaml
 from cfmtrain.bench.baseline_check import (
     export_extxyz,
     mace_arguments,
+    mace_command,
     mace_records,
     subprocess_env,
 )
@@ -198,8 +199,7 @@ def mace_process(bench: Bench, store, parts: dict[str, np.ndarray], e0s: dict[in
     arguments = mace_arguments(bench.cfg, r_max, folder, name=MACE_NAME, e0s=repr(e0s),
                                batch_size=bench.ranks * bench.cfg.batch.graphs_per_batch)
     log = folder / "mace_run_train.log"
-    # = the mace_run_train script, with this interpreter (its script may not be on PATH)
-    return EpochTurns(MACE, [sys.executable, "-m", "mace.cli.run_train", *arguments], log,
+    return EpochTurns(MACE, mace_command(arguments), log,
                       lambda: sum(k is not None for k in log_stamps(log)),
                       env=subprocess_env(bench.threads), cwd=folder)
 

@@ -101,11 +101,16 @@ def subprocess_env(threads: int) -> dict:
     return env
 
 
+def mace_command(arguments: list[str]) -> list[str]:
+    """The mace_run_train script with `arguments`, run by this interpreter (the script may not
+    be on PATH)."""
+    return [sys.executable, "-m", "mace.cli.run_train", *arguments]
+
+
 def mace_process(arguments: list[str], work: Path, env: dict) -> float:
     """mace_run_train with `arguments` in a subprocess in `work` (its output in
     work/mace_run_train.log); the process's wall seconds."""
-    # = the mace_run_train script, with this interpreter (its script may not be on PATH)
-    command = [sys.executable, "-m", "mace.cli.run_train", *arguments]
+    command = mace_command(arguments)
     t0 = time.perf_counter()
     with open(work / "mace_run_train.log", "w") as log:
         done = subprocess.run(command, env=env, cwd=work, stdout=log, stderr=subprocess.STDOUT)
