@@ -3,9 +3,10 @@ and mace-torch's own script) can take paired rounds (measure.paired.run_rounds):
 one epoch of each, in a shuffled order, and a slow minute of the host falls on the epochs of
 that round alone.
 
-The process starts in its first turn. A turn continues it (SIGCONT) and stops it (SIGSTOP, to
-the process and all its descendants: torchrun starts each rank in a session of its own) as soon
-as its count of finished epochs, read from its own outputs, has grown by one. The wall-clock
+The process starts in its first turn. A turn continues it (SIGCONT) and stops it (SIGSTOP) as
+soon as its count of finished epochs, read from its own outputs, has grown by one. The signals
+go to the process and each of its descendants: torchrun puts every rank in a process group of
+its own, which a signal to the launcher's group would miss. The wall-clock
 intervals it spent stopped are recorded, so that a time the process measured across a stop
 can be corrected (`stopped_within`).
 """
