@@ -119,10 +119,8 @@ def summarize(curve: pd.DataFrame, infos: dict[str, dict]) -> pd.DataFrame:
 
 def round_rows(rounds: Rounds) -> pd.DataFrame:
     """One row per paired round and run: the round, the run's place in it and its epoch's own
-    seconds."""
-    return pd.DataFrame([{"round": r, "position": p, "run": rounds.names[k],
-                          "epoch_s": float(rounds.seconds[r, k])}
-                         for r, order in enumerate(rounds.order) for p, k in enumerate(order)])
+    seconds (the turn's wall and CPU time are the controller's, not the run's: left out)."""
+    return pd.DataFrame(rounds.rows("run", "epoch_s"))[["round", "position", "run", "epoch_s"]]
 
 
 def paired_columns(rounds: pd.DataFrame, runs) -> dict[str, list]:

@@ -43,6 +43,14 @@ class Rounds:
         """The seconds of arm `name`, one per round."""
         return self.seconds[:, self.names.index(name)]
 
+    def rows(self, arm: str = "arm", seconds: str = "seconds") -> list[dict]:
+        """One row per round and arm, in the order they ran: the round and the arm's place in
+        it (from 1), the arm (key `arm`), its seconds (key `seconds`), wall and CPU time."""
+        return [{"round": r + 1, "position": p + 1, arm: self.names[k],
+                 seconds: float(self.seconds[r, k]), "wall_s": float(self.wall[r, k]),
+                 "cpu_s": float(self.cpu[r, k])}
+                for r, order in enumerate(self.order) for p, k in enumerate(order)]
+
     def ratio(self, reference: str, candidate: str) -> Ratio:
         """Speed-up of `candidate` over `reference`: per round, reference time / candidate."""
         return Ratio.of(self.times(reference) / self.times(candidate))

@@ -119,10 +119,7 @@ def round_rows(rounds: Rounds) -> list[dict]:
     """rounds.csv: one row per round and variant: its place in the round's shuffled order
     (which breaks ties of the interleaving), its epoch time (its own steps), and the wall and
     CPU seconds of all its turns (validation included)."""
-    return [{"round": r + 1, "position": p + 1, "variant": rounds.names[k],
-             "epoch_s": rounds.seconds[r, k], "wall_s": rounds.wall[r, k],
-             "cpu_s": rounds.cpu[r, k]}
-            for r in range(len(rounds.order)) for p, k in enumerate(rounds.order[r])]
+    return rounds.rows("variant", "epoch_s")
 
 
 def write_csv(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
