@@ -17,7 +17,7 @@ from cfmtrain.batches.shared import FOLDER, shared_arrays
 from cfmtrain.batches.store_arrays import STORED, StoreArrays
 from cfmtrain.bench import loader as bench
 from cfmtrain.graphs.build import atoms_to_graph
-from cfmtrain.graphs.store import GraphStore, write_shard
+from cfmtrain.graphs.store import GraphStore, file_state, write_shard
 
 Z_TABLE = AtomicNumberTable([28, 29])
 BATCH = [3, 0, 7, 7, 1]
@@ -79,28 +79,33 @@ def test_processes_map_the_arrays_the_first_wrote(tmp_path):
 def test_a_store_folder_without_room_keeps_the_arrays_in_memory(tmp_path):
     blocked = tmp_path / "file"  # the cache's parent is a file: no folder can be made there
     blocked.write_text("")
-    arrays = shared_arrays(blocked, "k", {"x": lambda: {"x": np.arange(4)}})
+    arrays = shared_arrays(blocked, "k", {"x": lambda: {"x": np.arange(4)}}, {})
     np.testing.assert_array_equal(arrays["x"], np.arange(4))
     assert not isinstance(arrays["x"], np.memmap)
 
 
 def test_a_half_written_cache_is_rewritten(tmp_path):
-    first = shared_arrays(tmp_path, "k", {"x": lambda: {"x": np.arange(5.0)}})
+    first = shared_arrays(tmp_path, "k", {"x": lambda: {"x": np.arange(5.0)}}, {})
     folder = next(p for p in (tmp_path / FOLDER).iterdir() if p.is_dir())
     (folder / "arrays.json").unlink()  # as a writer killed before its last file
-    again = shared_arrays(tmp_path, "k", {"x": lambda: {"x": np.arange(5.0) * 2}})
+    again = shared_arrays(tmp_path, "k", {"x": lambda: {"x": np.arange(5.0) * 2}}, {})
     np.testing.assert_array_equal(again["x"], np.arange(5.0) * 2)
     np.testing.assert_array_equal(first["x"], np.arange(5.0))
 
 
 def test_arrays_of_a_rebuilt_store_replace_the_old_ones(tmp_path):
-    old = shared_arrays(tmp_path, "old@f32", {"x": lambda: {"x": np.arange(3)}}, group="old")
-    shared_arrays(tmp_path, "old@f64", {"x": lambda: {"x": np.arange(3.0)}}, group="old")
+    shard = tmp_path / "shard_0000.h5"
+    shard.write_bytes(b"old")
+    old_sources = {str(shard): file_state(shard)}
+    old = shared_arrays(tmp_path, "f32", {"x": lambda: {"x": np.arange(3)}}, old_sources)
+    shared_arrays(tmp_path, "f64", {"x": lambda: {"x": np.arange(3.0)}}, old_sources)
     assert len([p for p in (tmp_path / FOLDER).iterdir() if p.is_dir()]) == 2  # one store
-    new = shared_arrays(tmp_path, "new@f32", {"x": lambda: {"x": np.arange(4)}}, group="new")
+    shard.write_bytes(b"new")  # rebuilt: another version of the file
+    new = shared_arrays(tmp_path, "f32", {"x": lambda: {"x": np.arange(4)}},
+                        {str(shard): file_state(shard)})
     kept = [p for p in (tmp_path / FOLDER).iterdir() if p.is_dir()]
-    assert len(kept) == 1 and json.loads((kept[0] / "arrays.json").read_text())["key"] == \
-        "new@f32"
+    assert len(kept) == 1 and json.loads((kept[0] / "arrays.json").read_text())["sources"] == \
+        {str(shard): file_state(shard)}
     assert not [p for p in (tmp_path / FOLDER).glob("*.lock") if p.stem != kept[0].name]
     np.testing.assert_array_equal(old["x"], np.arange(3))  # still mapped after the removal
     np.testing.assert_array_equal(new["x"], np.arange(4))

@@ -13,7 +13,11 @@ precomputed 12 or 24).
 
 from __future__ import annotations
 
+import hashlib
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Protocol
 
 import numpy as np
@@ -21,6 +25,8 @@ import torch
 from mace.data import AtomicData
 from mace.tools.torch_geometric.batch import Batch
 
+import cfmtrain
+from cfmtrain.batches import cells
 from cfmtrain.batches.cells import cell_rows, graph_extent
 from cfmtrain.batches.shared import merge_parts, shared_arrays
 from cfmtrain.batches.store_arrays import STORED, StoreArrays
@@ -38,6 +44,18 @@ class GraphDataset(Protocol):
     z_table: object
 
 load_ops("cfmtrain._ops_batch_assembly")
+
+
+def code_digest(*modules: ModuleType) -> str:
+    """A digest of cfmtrain's version and the source files of `modules`."""
+    digest = hashlib.sha256(cfmtrain.__version__.encode())
+    for module in modules:
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+# how the cached arrays are derived (this module, the cells'): another version derives anew
+DERIVED_BY = code_digest(sys.modules[__name__], cells)
 
 
 def split_items(items: Sequence) -> tuple[np.ndarray, np.ndarray | None]:
@@ -123,8 +141,8 @@ class BatchAssembler:
             with arrays.lock:
                 if key not in arrays.derived:
                     arrays.derived[key] = shared_arrays(
-                        arrays.folder, f"{arrays.fingerprint}@{key}",
-                        batch_parts(arrays.load, ptr, dataset), group=arrays.fingerprint)
+                        arrays.folder, f"{arrays.fingerprint}@{DERIVED_BY}@{key}",
+                        batch_parts(arrays.load, ptr, dataset), arrays.sources)
             derived = arrays.derived[key]
             self.memory = {k: torch.from_numpy(v) for k, v in derived.items()}
             for kind in ("atoms", "edges"):

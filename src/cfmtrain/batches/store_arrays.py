@@ -81,7 +81,7 @@ class StoreArrays:
     and `starts` holds each graph's first atom and edge row."""
 
     def __init__(self, store: GraphStore, budget: int):
-        self.files = list(store.files)
+        self.files, self.states = list(store.files), list(store.states)
         self.num_atoms, self.num_edges = store.num_atoms, store.num_edges
         self.kind = {**dict.fromkeys(ATOM_FIELDS, "atoms"), **dict.fromkeys(EDGE_FIELDS, "edges"),
                      **dict.fromkeys(GRAPH_FIELDS, "graphs")}
@@ -101,6 +101,9 @@ class StoreArrays:
         self._graph_starts = np.cumsum([0] + [len(o) - 1 for o in self._offsets["graphs"]])
         self.in_memory = nbytes <= budget
         self.folder, self.fingerprint = Path(store.files[0]).parent, store.fingerprint
+        # what arrays derived from the store derive from: each shard as it is now
+        self.sources = {str(Path(f).resolve()): s for f, s in zip(self.files, self.states,
+                                                                    strict=True)}
         if self.in_memory:
             self.starts = {"atoms": np.cumsum(self.num_atoms) - self.num_atoms,
                            "edges": np.cumsum(self.num_edges) - self.num_edges}
@@ -127,7 +130,7 @@ class StoreArrays:
             self._handles, self._pid, self._file_lock = {}, os.getpid(), threading.Lock()
         with self._file_lock:
             if shard not in self._handles:
-                self._handles[shard] = open_shard(self.files[shard])
+                self._handles[shard] = open_shard(self.files[shard], self.states[shard])
             return self._handles[shard]
 
     def close(self) -> None:

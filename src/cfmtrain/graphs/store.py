@@ -13,11 +13,14 @@ count (vectorised, one pass over edge_index). Any failure, at open or on a later
 ShardError naming the file (and the graph where there is one).
 
 The checks run once per shard file, not at every open: when they pass, a stamp beside the
-shard (`shard_0000.h5.verified`, a small .npz) records the file's size and modification time
-with its checked per-graph table and attributes. An open whose stamp matches reads the stamp
-alone, not the shard; a shard rewritten since (another size or time) is checked again, and a
-shard corrupted in place is still caught by the Fletcher-32 checksums on the reads that touch
-it. `cfmtrain graphs` verifies (and stamps) each shard it writes.
+shard (`shard_0000.h5.verified`, a small .npz) records the file's size, modification and change
+times and inode (`file_state`) with its checked per-graph table and attributes. An open whose
+stamp matches reads the stamp alone, not the shard. A shard rewritten, edited or replaced since
+is checked again: a copy that keeps the modification time (cp -p, rsync -a, tar x) still has a
+new change time and inode. A store notes each shard's state when it reads its table, and a
+later open of a shard in another state is a ShardError naming it. A shard corrupted in place is
+caught by the Fletcher-32 checksums on the reads that touch it. `cfmtrain graphs` verifies (and
+stamps) each shard it writes.
 """
 
 from __future__ import annotations
@@ -75,10 +78,17 @@ def shard_errors(path: str | os.PathLike, graph: int | None = None) -> Iterator[
         raise ShardError(path, f"{what} ({err}); {REBUILD}", graph) from err
 
 
-def open_shard(path: str | os.PathLike) -> h5py.File:
-    """The shard opened read-only; a zero-byte, truncated or non-HDF5 file is a ShardError."""
+def open_shard(path: str | os.PathLike, state: dict | None = None) -> h5py.File:
+    """The shard opened read-only; a zero-byte, truncated or non-HDF5 file is a ShardError, and
+    so is one whose `file_state` is no longer `state` (replaced or edited since its table was
+    read: reading on would mix two versions)."""
     with shard_errors(path):
-        return h5py.File(path, "r")
+        f = h5py.File(path, "r")
+        if state is not None and file_state(path) != state:
+            f.close()
+            raise ShardError(path, "replaced or edited since its table was read (size, times "
+                             "or inode differ); rerun the command on the shard as it is now")
+        return f
 
 
 def write_shard(path: str | os.PathLike, graphs: Iterable[dict], *, cutoff: float,
@@ -278,13 +288,15 @@ def read_table(path: str | os.PathLike, f: h5py.File, check_edges: bool = True
 
 
 def shard_table(path: str | os.PathLike, check_edges: bool = True
-                ) -> tuple[dict[str, np.ndarray], dict]:
-    """A shard's checked per-graph table (`read_table`) and its attributes: `cutoff`,
-    `subset_names`, `provenance` (or None) and `id`. A shard whose stamp matches it is read
-    from the stamp alone; otherwise from the file, and stamped if its edges were checked."""
-    stamped = _read_stamp(path)
+                ) -> tuple[dict[str, np.ndarray], dict, dict]:
+    """A shard's checked per-graph table (`read_table`), its attributes (`cutoff`,
+    `subset_names`, `provenance` or None, `id`) and the stamp state (`file_state` and format)
+    they hold for. A shard whose stamp matches it is read from the stamp alone; otherwise from
+    the file, and stamped if its edges were checked."""
+    state = _stamp_state(path)  # before the checks: a later change is seen at the next open
+    stamped = _read_stamp(path, state)
     if stamped is not None:
-        return stamped
+        return (*stamped, state)
     with open_shard(path) as f, shard_errors(path):
         table = read_table(path, f, check_edges)
         cutoff = float(f.attrs["cutoff"])
@@ -294,44 +306,55 @@ def shard_table(path: str | os.PathLike, check_edges: bool = True
                  "id": origin["id"] if origin else provenance.table_id(table, f["energy"][:],
                                                                        cutoff)}
     if check_edges:
-        _write_stamp(path, table, attrs)
-    return table, attrs
+        _write_stamp(path, table, attrs, state)
+    return table, attrs, state
 
 
 def _stamp_path(path: str | os.PathLike) -> Path:
     return Path(f"{path}{VERIFIED_SUFFIX}")
 
 
-def _file_state(path: str | os.PathLike) -> dict:
+def file_state(path: str | os.PathLike) -> dict:
+    """What identifies a file's version: size, modification and change times, inode. A copy
+    that keeps the modification time (cp -p, rsync -a, tar x) still gets a new change time and
+    inode, and any write moves the change time."""
     info = os.stat(path)
-    return {"format_version": FORMAT_VERSION, "bytes": info.st_size, "mtime_ns": info.st_mtime_ns}
+    return {"bytes": info.st_size, "mtime_ns": info.st_mtime_ns, "ctime_ns": info.st_ctime_ns,
+            "inode": info.st_ino}
+
+
+def _stamp_state(path: str | os.PathLike) -> dict:
+    return {"format_version": FORMAT_VERSION, **file_state(path)}
 
 
 def verified(path: str | os.PathLike) -> bool:
     """True if the shard's edge indices passed the check as the file is now (its stamp matches
     its size and modification time)."""
-    return _read_stamp(path) is not None
+    return _read_stamp(path, _stamp_state(path)) is not None
 
 
-def _read_stamp(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict] | None:
-    """The table and attributes the stamp holds, if it matches the shard as it is now (None
-    for a missing, unreadable, older or mismatched stamp: the shard is then checked again)."""
+def _read_stamp(path: str | os.PathLike, state: dict
+                ) -> tuple[dict[str, np.ndarray], dict] | None:
+    """The table and attributes the stamp holds, if it was written for the shard in `state`
+    (None for a missing, unreadable, older or mismatched stamp: the shard is then checked
+    again)."""
     try:
         with np.load(_stamp_path(path), allow_pickle=False) as stamp:
             arrays = {k: stamp[k] for k in stamp.files}
         meta = json.loads(str(arrays.pop("meta")))
-        if meta["state"] != _file_state(path):
+        if meta["state"] != state:
             return None
         return arrays, meta["attrs"]
     except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile):
         return None
 
 
-def _write_stamp(path: str | os.PathLike, table: dict[str, np.ndarray], attrs: dict) -> None:
+def _write_stamp(path: str | os.PathLike, table: dict[str, np.ndarray], attrs: dict,
+                 state: dict) -> None:
     """Record that the shard as it is now passed its checks, with its table and attributes,
     so that later opens read this small file alone (skipped on a read-only folder: the
     checks then run at every open)."""
-    meta = json.dumps({"state": _file_state(path), "attrs": attrs})
+    meta = json.dumps({"state": state, "attrs": attrs})
     with contextlib.suppress(OSError), atomic_path(_stamp_path(path)) as tmp, \
             open(tmp, "wb") as out:
         np.savez(out, meta=np.array(meta), **table)
@@ -385,8 +408,10 @@ class GraphStore:
         atoms, edges, subsets, receivers = [], [], [], []
         self._atom_offsets, self._edge_offsets = [], []
         self.cutoff: float | None = None
+        self.states: list[dict] = []  # per shard: its file_state when its table was read
         for file in self.files:
-            table, attrs = shard_table(file, check_edges)
+            table, attrs, state = shard_table(file, check_edges)
+            self.states.append({k: v for k, v in state.items() if k != "format_version"})
             self._check_cutoff(file, attrs["cutoff"])
             local = attrs["subset_names"]
             self.origins.append(attrs["provenance"])
@@ -493,7 +518,7 @@ class GraphStore:
         if os.getpid() != self._pid:  # forked worker: never reuse the parent's handles
             self._handles, self._pid = {}, os.getpid()
         if shard not in self._handles:
-            self._handles[shard] = open_shard(self.files[shard])
+            self._handles[shard] = open_shard(self.files[shard], self.states[shard])
         return self._handles[shard]
 
     def __getitem__(self, index: int) -> dict:
