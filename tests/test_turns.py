@@ -13,8 +13,9 @@ import time
 import psutil
 import pytest
 
+from cfmtrain.children import descendants
 from cfmtrain.measure.paired import run_rounds
-from cfmtrain.measure.turns import EpochTurns, descendants, stopped_within
+from cfmtrain.measure.turns import EpochTurns, stopped_within
 
 SCRIPT = """
 import subprocess, sys, time
@@ -64,8 +65,8 @@ def test_turns_alternate_stop_the_whole_tree_and_correct_epoch_times(tmp_path):
                 processes[name].turn()
                 # the other waited stopped, its child too: no epoch of it meanwhile
                 assert len(_lines(tmp_path / f"{other.name}.csv")) == before
-                if other.proc is not None:
-                    tree = [other.proc.pid, *descendants(other.proc.pid)]
+                if other.proc is not None:  # its keeper (proc) stays awake, to kill the tree
+                    tree = descendants(other.proc.pid)
                     assert len(tree) == 2
                     seen.append({psutil.Process(p).status() for p in tree})
                 epoch, raw, end, _ = _lines(tmp_path / f"{name}.csv")[-1]
@@ -121,7 +122,8 @@ def test_a_stopped_controller_leaves_no_stopped_process(tmp_path):
     controller.write_text(f"""
 import sys, time
 from pathlib import Path
-from cfmtrain.measure.turns import EpochTurns, descendants
+from cfmtrain.children import descendants
+from cfmtrain.measure.turns import EpochTurns
 out = Path({str(tmp_path / "a.csv")!r})
 count = lambda: len(out.read_text().splitlines()) if out.exists() else 0
 with EpochTurns("a", [sys.executable, {str(script)!r}, str(out), "50", "0.1"],
@@ -135,8 +137,8 @@ with EpochTurns("a", [sys.executable, {str(script)!r}, str(out), "50", "0.1"],
     while not pids.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     tree = [int(p) for p in pids.read_text().split()]
-    assert len(tree) == 2 and all(psutil.Process(p).status() == psutil.STATUS_STOPPED
-                                  for p in tree)
+    assert len(tree) == 3 and all(psutil.Process(p).status() == psutil.STATUS_STOPPED
+                                  for p in tree[1:])  # tree[0]: the keeper
     proc.terminate()
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     time.sleep(0.2)

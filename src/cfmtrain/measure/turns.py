@@ -8,30 +8,24 @@ soon as its count of finished epochs, read from its own outputs, has grown by on
 go to the process and each of its descendants: torchrun puts every rank in a process group of
 its own, which a signal to the launcher's group would miss. The wall-clock
 intervals it spent stopped are recorded, so that a time the process measured across a stop
-can be corrected (`stopped_within`).
+can be corrected (`stopped_within`). The process runs under a keeper (cfmtrain.children): if
+the process holding the turns dies, however (SIGKILL too), the training dies with it, stopped or
+not, descendants included.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import psutil
+from cfmtrain import children
 
 POLL_S = 0.02  # how often a turn looks for the epoch's end
-
-
-def descendants(pid: int) -> list[int]:
-    """The processes below `pid` (children, their children, ...)."""
-    try:
-        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
+UNWIND = (signal.SIGTERM, signal.SIGHUP)  # stops that end the process (SIGINT raises already)
 
 
 def stopped_within(stops: Sequence[tuple[float, float]], start: float, end: float) -> float:
@@ -39,15 +33,7 @@ def stopped_within(stops: Sequence[tuple[float, float]], start: float, end: floa
     return sum(max(0.0, min(b, end) - max(a, start)) for a, b in stops)
 
 
-def _signal(pids: Sequence[int], signum: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
-
-
-def _exit_on_sigterm(signum: int, frame: object) -> None:
+def _exit_on_stop(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
@@ -61,41 +47,40 @@ class EpochTurns:
         self.name, self.command, self.log = name, list(command), Path(log)
         self.append = append  # to the log, else a new log
         self.epochs_done, self.env, self.cwd = epochs_done, env, cwd
-        self.proc: subprocess.Popen | None = None
+        self.proc: children.Popen | None = None
         self.stops: list[tuple[float, float]] = []  # wall-clock (time.time) intervals stopped
         self.started = self.ended = math.nan
         self.turns = 0
-        self._previous = signal.SIG_DFL
+        self._previous: dict[int, object] = {}
 
     def __enter__(self) -> EpochTurns:
-        # a SIGTERM (a cancelled job) unwinds, so that close() kills the stopped processes
-        # rather than leaving them stopped for good
-        self._previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        # a SIGTERM (a cancelled job) or SIGHUP (a closed terminal) unwinds, so that close()
+        # kills the processes now, and their keepers need not
+        self._previous = {s: signal.signal(s, _exit_on_stop) for s in UNWIND}
         return self
 
     def __exit__(self, *exc) -> None:
         try:
             self.close()
         finally:
-            signal.signal(signal.SIGTERM, self._previous)
+            for s, handler in self._previous.items():
+                signal.signal(s, handler)
 
     def _start(self) -> None:
         with open(self.log, "a" if self.append else "w") as out:
             self.started = time.time()
-            self.proc = subprocess.Popen(self.command, env=self.env, cwd=self.cwd, stdout=out,
-                                         stderr=subprocess.STDOUT)
+            self.proc = children.Popen(self.command, env=self.env, cwd=self.cwd, stdout=out,
+                                       stderr=subprocess.STDOUT)
 
     def _continue(self) -> None:
         assert self.proc is not None
-        _signal(descendants(self.proc.pid), signal.SIGCONT)
         stopped_at = self.stops[-1][0]
         self.stops[-1] = (stopped_at, time.time())
-        _signal([self.proc.pid], signal.SIGCONT)
+        children.cont(self.proc)
 
     def _stop(self) -> None:
         assert self.proc is not None
-        _signal([self.proc.pid], signal.SIGSTOP)  # stopped first, it starts nothing new
-        _signal(descendants(self.proc.pid), signal.SIGSTOP)
+        children.stop(self.proc)
         self.stops.append((time.time(), math.inf))
 
     def _failed(self, what: str) -> RuntimeError:
@@ -136,6 +121,5 @@ class EpochTurns:
         """Kill the process and its descendants if they still run (stopped or not)."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        pids = [self.proc.pid, *descendants(self.proc.pid)]
-        _signal(pids, signal.SIGKILL)  # a stopped process takes SIGKILL too
+        self.proc.kill()  # a stopped process takes SIGKILL too; its keeper kills the rest
         self.proc.wait()
