@@ -1,7 +1,8 @@
 """No crash without a cause: `python -m cfmtrain` supervises its command in a child process; a
 death by signal (a native library's fault, the out-of-memory killer) is reported with the
 stage, file and frame, what the child left unfinished is removed, and earlier outputs stay.
-Also: structures hundreds to thousands of Angstrom wide, which killed `cfmtrain convert` with
+The message promises a Python stack only for a fault (faulthandler writes none for a SIGKILL),
+and a file and frame only where the record holds them. Also: structures hundreds to thousands of Angstrom wide, which killed `cfmtrain convert` with
 SIGFPE inside vesin, now convert."""
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import ase.io
 import numpy as np
 import pytest
 from ase import Atoms
+
+from cfmtrain import crash
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,7 +59,7 @@ def child_of(out: Path, timeout: float = 60) -> int:
 @pytest.mark.parametrize("signum, cause", [
     (signal.SIGSEGV, "SIGSEGV (a segmentation fault in native code)"),
     (signal.SIGFPE, "SIGFPE (a floating-point exception in native code)"),
-    (signal.SIGKILL, "SIGKILL: the out-of-memory killer or the scheduler"),
+    (signal.SIGKILL, "SIGKILL (sent by the out-of-memory killer, the scheduler or a user"),
 ])
 def test_a_death_by_signal_is_explained_and_cleaned_up(tmp_path, signum, cause):
     source = many_frames(tmp_path / "many.xyz")
@@ -77,6 +80,7 @@ def test_a_death_by_signal_is_explained_and_cleaned_up(tmp_path, signum, cause):
     assert last.startswith(f"error: cfmtrain convert died of {signal.Signals(signum).name}")
     assert cause in last and f"while checking frames, file {source}, frame " in last
     assert f"removed what it left unfinished: {out}/.staging-{pid}" in last
+    assert ("writes no stack" in last) == (signum == signal.SIGKILL)  # faulthandler's, else
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the last good output
 
 
@@ -123,3 +127,44 @@ def test_a_molecule_thousands_of_angstrom_wide_converts(tmp_path):
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert json.loads(shard.with_suffix(".json").read_text())["edges"] == 4  # C-C and C-O
+
+
+def test_the_record_holds_stage_file_and_frame_apart(tmp_path):
+    record = tmp_path / "record"
+    record.write_bytes(b"\0" * crash.RECORD_BYTES)
+    where = crash._Where()
+    where.attach(str(record))
+    where.at("checking frames", tmp_path / "a, b.xyz", 7)
+    assert crash._read_record(record) == crash.Where("checking frames", f"{tmp_path}/a, b.xyz", "7")
+    where.at("writing the manifest")
+    assert crash._read_record(record) == crash.Where("writing the manifest")
+    assert str(crash.Where("checking frames", "a.xyz", "7")) == \
+        "checking frames, file a.xyz, frame 7"
+
+
+def test_a_sigkill_message_promises_no_stack_and_names_the_log():
+    where = crash.Where("checking frames", "a.xyz", "7")
+    text = crash.explain("convert", signal.SIGKILL, where, [], "/logs/convert.log")
+    assert text.startswith("error: cfmtrain convert died of SIGKILL (sent by the out-of-memory "
+                           "killer, the scheduler or a user")
+    assert "while checking frames, file a.xyz, frame 7." in text
+    assert text.endswith("A process ended by SIGKILL writes no stack; its output up to then is "
+                         "in /logs/convert.log.")
+    assert "report" not in text
+    other = crash.explain("train", signal.SIGTERM, crash.Where(), [])
+    assert "(sent by another process, not passed on by cfmtrain)." in other
+    assert other.endswith("writes no stack; its output up to then is above.")
+    assert "while" not in other
+
+
+def test_a_fault_message_names_the_stack_and_only_what_the_record_holds():
+    where = crash.Where("checking frames", "a.xyz", "7")
+    text = crash.explain("convert", signal.SIGSEGV, where, [])
+    assert "(a segmentation fault in native code) while checking frames, file a.xyz, frame 7" \
+        in text
+    assert text.endswith("The Python stack of the call is above; if the input looks valid, "
+                         "please report it with file a.xyz, frame 7 and that stack.")
+    staged = crash.explain("train", signal.SIGFPE, crash.Where("training"), [], "/l/train.log")
+    assert staged.endswith("The Python stack of the call is in /l/train.log; if the input looks "
+                           "valid, please report it with that stack.")
+    assert "file" not in staged and "frame" not in staged

@@ -7,8 +7,10 @@ frame: `at`) in a small memory-mapped file and registers what it would leave beh
 (`leftover`: staging folders, temporary files). If the child dies of a signal, the supervisor
 removes the leftovers, prints what died where and exits 1. Stops (SIGTERM, SIGINT, SIGHUP) are
 passed on to the child, whose exit code the supervisor then returns (128 + the signal if the
-stop killed it, its leftovers removed). The child also enables
-faulthandler, so the log holds the Python stack of the native call.
+stop killed it, its leftovers removed). The child also enables faulthandler, so the log holds
+the Python stack of a fault in native code (not of a SIGKILL, which ends a process at once).
+The child runs under a keeper (cfmtrain.children): whatever ends the child or the supervisor,
+SIGKILL included, every process below it ends too, a stopped one included.
 """
 
 from __future__ import annotations
@@ -18,22 +20,39 @@ import mmap
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
+
+from cfmtrain import children
 
 ENV = "CFMTRAIN_WHERE"
 RECORD_BYTES = 4096
+SEP = "\x1f"  # between the record's fields: stage, file, frame
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-CAUSES = {
+# the faults faulthandler writes the Python stack for (faulthandler.enable)
+FAULTS = {
     signal.SIGFPE: "a floating-point exception in native code",
     signal.SIGSEGV: "a segmentation fault in native code",
     signal.SIGBUS: "a bus error in native code (a file mapped into memory changed or vanished?)",
     signal.SIGILL: "an illegal instruction (a library built for a newer CPU?)",
     signal.SIGABRT: "an abort in native code",
-    signal.SIGKILL: "SIGKILL: the out-of-memory killer or the scheduler (check the job's memory)",
 }
+KILLED = ("sent by the out-of-memory killer, the scheduler or a user; if the out-of-memory "
+          "killer, the kernel log (dmesg) says so: check the job's memory")
+
+
+class Where(NamedTuple):
+    """What a child was doing, as its record held it (empty: nothing noted)."""
+
+    stage: str = ""
+    file: str | None = None
+    frame: str | None = None
+
+    def __str__(self) -> str:
+        return self.stage + (f", file {self.file}" if self.file is not None else "") + (
+            f", frame {self.frame}" if self.frame is not None else "")
 
 
 class _Where:
@@ -52,8 +71,8 @@ class _Where:
         """Note the stage (and the file and frame) this process is working on."""
         if self.map is None:
             return
-        text = stage + (f", file {file}" if file is not None else "") + (
-            f", frame {frame}" if frame is not None else "")
+        fields = (stage, "" if file is None else file, "" if frame is None else frame)
+        text = SEP.join(f"{v}".replace(SEP, " ") for v in fields)
         data = text.encode("utf-8", "replace")[:RECORD_BYTES - 1] + b"\0"
         self.map[:len(data)] = data
 
@@ -77,11 +96,22 @@ def attach_child() -> None:
         where.attach(path)
 
 
-def _read_record(path: Path) -> str:
+def _read_record(path: Path) -> Where:
     try:
-        return path.read_bytes().split(b"\0", 1)[0].decode("utf-8", "replace")
+        text = path.read_bytes().split(b"\0", 1)[0].decode("utf-8", "replace")
     except OSError:
-        return ""
+        return Where()
+    stage, file, frame = (text.split(SEP) + ["", ""])[:3]
+    return Where(stage, file or None, frame or None)
+
+
+def _log() -> str | None:
+    """The file this process's stderr (the child's too) goes to, if it is a file."""
+    try:
+        path = os.readlink("/proc/self/fd/2")
+    except OSError:
+        return None
+    return path if path.startswith("/") and os.path.isfile(path) else None
 
 
 def _remove_leftovers(path: Path) -> list[str]:
@@ -102,15 +132,31 @@ def _remove_leftovers(path: Path) -> list[str]:
     return removed
 
 
-def explain(command: str, signum: int, record: str, removed: list[str]) -> str:
-    """The one-paragraph error for a child of `command` killed by `signum`."""
+def explain(command: str, signum: int, where: Where, removed: list[str],
+            log: str | None = None) -> str:
+    """The one-paragraph error for a child of `command` killed by `signum`, having noted
+    `where` it was, its output in the file `log` (None: not a file): it promises a stack only
+    for a fault (faulthandler writes none for a SIGKILL or a signal from another process), a
+    file and frame only if noted."""
     name = signal.Signals(signum).name
-    cause = CAUSES.get(signum, f"signal {name}")
-    place = f" while {record}" if record else ""
+    if signum in FAULTS:
+        cause = FAULTS[signum]
+    elif signum == signal.SIGKILL:
+        cause = KILLED
+    else:
+        cause = "sent by another process, not passed on by cfmtrain"
+    place = f" while {where}" if where.stage else ""
     cleaned = f"; removed what it left unfinished: {', '.join(removed)}" if removed else ""
-    return (f"error: cfmtrain {command} died of {name} ({cause}){place}{cleaned}. Its earlier "
-            "outputs are as they were. The stack above shows the call; if the input looks "
-            "valid, please report it with that file and frame.")
+    text = (f"error: cfmtrain {command} died of {name} ({cause}){place}{cleaned}. Its earlier "
+            "outputs are as they were.")
+    output = f"its output up to then is in {log}" if log else "its output up to then is above"
+    if signum not in FAULTS:
+        return f"{text} A process ended by {name} writes no stack; {output}."
+    noted = ", ".join(f"{k} {v}" for k, v in (("file", where.file), ("frame", where.frame))
+                      if v is not None)
+    stack = f"in {log}" if log else "above"
+    return (f"{text} The Python stack of the call is {stack}; if the input looks valid, please "
+            f"report it with {noted + ' and ' if noted else ''}that stack.")
 
 
 def supervise(argv: list[str], env: dict[str, str] | None = None) -> int:
@@ -121,8 +167,8 @@ def supervise(argv: list[str], env: dict[str, str] | None = None) -> int:
         record = Path(f.name)
     leftovers = Path(f"{record}.leftovers")
     passed_on: list[int] = []
-    child = subprocess.Popen([sys.executable, "-m", "cfmtrain", *argv],
-                             env={**(env or os.environ), ENV: str(record)})
+    child = children.Popen([sys.executable, "-m", "cfmtrain", *argv],
+                           env={**(env or os.environ), ENV: str(record)})
 
     def forward(signum: int, _frame: object) -> None:
         passed_on.append(signum)
@@ -140,7 +186,7 @@ def supervise(argv: list[str], env: dict[str, str] | None = None) -> int:
         removed = _remove_leftovers(leftovers)  # a stopped child left them as a killed one
         if -code in passed_on:
             return 128 - code
-        print(explain(argv[0] if argv else "", -code, _read_record(record), removed),
+        print(explain(argv[0] if argv else "", -code, _read_record(record), removed, _log()),
               file=sys.stderr, flush=True)
         return 1
     finally:
