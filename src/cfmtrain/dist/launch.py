@@ -6,6 +6,8 @@ a SIGTERM into SIGKILL for its tasks: the launcher sends SIGTERM to the step's t
 (scancel --signal), so every rank can checkpoint. torchrun stays its child too: its agent exits 1
 on a SIGTERM even when the ranks had finished, so a stop that arrives after the run's
 `summary.json` was written (the run is complete) exits 0. Otherwise the exit code is the run's.
+srun and torchrun run under a keeper (cfmtrain.children): whatever ends the launcher, SIGKILL
+included, they and every rank die with it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from cfmtrain import children
 from cfmtrain.dist.distenv import LAUNCHED_AT, TORCHRUN_KEYS, available_cpus
 from cfmtrain.malloc_env import MALLOC_ENV
 
@@ -102,8 +105,8 @@ def step_name() -> str:
 def _find_step(environ: Mapping[str, str]) -> str | None:
     """`<job>.<step>` of this launcher's srun step, if Slurm lists it yet."""
     job = environ.get("SLURM_JOB_ID", environ.get("SLURM_JOBID", ""))
-    result = subprocess.run(["squeue", "--steps", "--noheader", "--jobs", job, "--format",
-                             "%i %j"], env=environ, capture_output=True, text=True, timeout=30)
+    result = children.run(["squeue", "--steps", "--noheader", "--jobs", job, "--format",
+                           "%i %j"], env=environ, capture_output=True, text=True, timeout=30)
     for line in result.stdout.splitlines():
         step, _, name = line.strip().partition(" ")
         if name == step_name():
@@ -116,8 +119,8 @@ def allocation_cpus_per_task(environ: Mapping[str, str]) -> int | None:
     Snakemake's jobstep drops SLURM_CPUS_PER_TASK, and srun would then give each task one CPU."""
     job = environ.get("SLURM_JOB_ID", environ.get("SLURM_JOBID", ""))
     try:
-        result = subprocess.run(["scontrol", "show", "job", "--oneliner", job], env=environ,
-                                capture_output=True, text=True, timeout=30)
+        result = children.run(["scontrol", "show", "job", "--oneliner", job], env=environ,
+                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
     match = re.search(r"\bCPUs/Task=(\d+)", result.stdout)
@@ -126,15 +129,15 @@ def allocation_cpus_per_task(environ: Mapping[str, str]) -> int | None:
 
 def run_srun(argv: list[str], env: dict[str, str]) -> int:
     """Run srun as a child, passing a SIGTERM on to every task as SIGTERM; srun's exit code."""
-    proc = subprocess.Popen(argv, env=env)
+    proc = children.Popen(argv, env=env)
 
     def forward(signum: int, frame: object) -> None:
         try:
             step = _find_step(env)
             if step is not None:
                 print(f"cfmtrain launch: SIGTERM -> step {step}", file=sys.stderr, flush=True)
-                subprocess.run(["scancel", "--signal=TERM", step], env=env, timeout=30,
-                               check=True)
+                children.run(["scancel", "--signal=TERM", step], env=env, timeout=30,
+                             check=True)
                 return
         except (OSError, subprocess.SubprocessError) as err:
             print(f"cfmtrain launch: cannot signal the step ({err})", file=sys.stderr)
@@ -174,7 +177,7 @@ def run_child(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, 
     """Run `argv` as a child, passing a SIGTERM on; (its exit code, 128 + N if signal N ended it;
     whether a SIGTERM came)."""
     stopped: list[int] = []
-    proc = subprocess.Popen(argv, env=env)
+    proc = children.Popen(argv, env=env)
 
     def forward(signum: int, frame: object) -> None:
         stopped.append(signum)
