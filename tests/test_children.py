@@ -20,8 +20,8 @@ from cfmtrain import children
 ROOT = Path(__file__).resolve().parents[1]
 SPIN = 'import time\nwhile True: time.sleep(0.01)'
 
-# a training that is no cfmtrain code: a child in a session of its own (as torchrun starts its
-# ranks: no signal to the training's process group reaches it), and one epoch per 50 ms
+# a training that is no cfmtrain code: a child in a process group of its own (setsid, as torchrun
+# starts its ranks: no signal to the training's process group reaches it), and one epoch per 50 ms
 TRAINING = f"""
 import subprocess, sys, time
 subprocess.Popen([sys.executable, "-c", {SPIN!r}], start_new_session=True)
@@ -48,7 +48,8 @@ with training("a") as a, training("b") as b:
     b.finish()
 """
 
-# a rank (or any command): a child in a session of its own and a stopped one, then it waits
+# a rank (or any command): a child in a process group of its own (setsid) and a stopped one,
+# then it waits
 RANK = f"""
 import os, signal, subprocess, sys, time
 for stop in (False, True):
@@ -171,8 +172,9 @@ def test_a_killed_child_is_explained_without_a_stack_and_leaves_nothing(tmp_path
 
 @pytest.mark.dist
 def test_torchruns_ranks_die_with_the_launcher(tmp_path):
-    """torchrun starts each rank in a session of its own: SIGKILL to `cfmtrain launch` (no
-    supervisor) ends torchrun, both ranks and what they started (one child stopped each)."""
+    """torchrun starts each rank in a process group of its own (setsid): SIGKILL to `cfmtrain
+    launch` (no supervisor) ends torchrun, both ranks and what they started (one child stopped
+    each)."""
     (tmp_path / "holdrank.py").write_text(RANK)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     proc = subprocess.Popen([sys.executable, "-m", "cfmtrain.dist.launch", "--ranks", "2",
@@ -251,8 +253,8 @@ def test_exit_status_and_usage_read_as_the_commands():
 
 
 def test_a_timeout_kills_all_below_the_command(tmp_path):
-    """subprocess.run would kill the command alone: its child, in a session of its own, would
-    run on (and hold the output pipe open)."""
+    """subprocess.run would kill the command alone: its child, in a process group of its own,
+    would run on (and hold the output pipe open)."""
     pid_file = tmp_path / "pid"
     code = (f"import subprocess, sys, time\nc = subprocess.Popen([sys.executable, '-c', {SPIN!r}], "
             f"start_new_session=True)\nopen({str(pid_file)!r}, 'w').write(str(c.pid))\n"

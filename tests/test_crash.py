@@ -2,8 +2,8 @@
 death by signal (a native library's fault, the out-of-memory killer) is reported with the
 stage, file and frame, what the child left unfinished is removed, and earlier outputs stay.
 The message promises a Python stack only for a fault (faulthandler writes none for a SIGKILL),
-and a file and frame only where the record holds them. Also: structures hundreds to thousands of Angstrom wide, which killed `cfmtrain convert` with
-SIGFPE inside vesin, now convert."""
+and a file and frame only where the record holds them. Also: structures hundreds to thousands
+of Angstrom wide, which killed `cfmtrain convert` with SIGFPE inside vesin, now convert."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 # The keeper (this file run as a script, standard library only) is the child that `Popen`
 # starts; the command is the keeper's child. The kernel tells the keeper when its parent dies (a
 # parent-death signal, which a SIGKILL of the parent cannot prevent) and hands it every process
-# orphaned below it (it is a child subreaper), whatever session or process group that process
-# put itself in (torchrun's ranks, a daemon). So when the parent dies, or when the command ends,
+# orphaned below it (it is a child subreaper), whatever process group that process put itself
+# in, setsid included (torchrun's ranks, a daemon). So when the parent dies, or the command ends,
 # the keeper SIGKILLs whatever is left below it (a stopped process included), then exits as the
 # command did. The command gets SIGKILL if the keeper itself is killed.
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
