@@ -64,6 +64,25 @@ CASES = [
      "config train.matrix[0].variants: unknown variant(s) ['bothh']"),
     ("figures_variant", lambda c: c.setdefault("figures", {}).update(variants=["kernal"]),
      "config figures.variants: unknown variant(s) ['kernal']"),
+    # what a job would find only later: empty shards, a split of under 3 graphs, a registry
+    # name `cfmtrain download` does not know, a union's member twice or not a data set
+    ("mini_shards", lambda c: c["datasets"]["mini"].update(scale=0.002, shards=30),
+     "config datasets.mini.shards: 30 shards for the 8 frames of datasets.mini.scale (0.002): "
+     "a shard would be empty; give at most 8"),
+    ("crystals_split", lambda c: c["datasets"].update(
+        xtal={"kind": "generated", "preset": "crystals", "graphs": 2, "shards": 1}),
+     "config datasets.xtal.graphs: 2 graph(s) cannot be split into train, validation and test"),
+    ("registry", lambda c: c["datasets"].update(mp={"kind": "download", "registry": "mptrjj"}),
+     "config datasets.mp.registry: 'mptrjj' (the data set's name unless given) is no entry"),
+    ("member_twice", lambda c: c["datasets"].update(
+        mini2={"kind": "generated", "scale": 0.05}, u={"kind": "union",
+                                                    "members": ["mini2", "mini", "mini2"]}),
+     "config datasets.u.members: 'mini2' is listed 2 times; list each member once"),
+    ("member_union", lambda c: c["datasets"].update(
+        u={"kind": "union", "members": ["mini"]}, uu={"kind": "union", "members": ["u", "mini"]}),
+     "config datasets.uu.members: 'u' is a union"),
+    ("member_unknown", lambda c: c["datasets"].update(u={"kind": "union", "members": ["mnii"]}),
+     "config datasets.u.members: 'mnii' is not a data set of config `datasets`"),
 ]
 
 
@@ -91,8 +110,28 @@ def test_own_data_files_are_checked(tmp_path):
     ]:
         with pytest.raises(ConfigError, match=message):
             check_workflow_config(edited(own(tmp_path, **cfg)))
-    check_workflow_config(edited(own(tmp_path, paths=[str(tmp_path / "data/*.xyz"),
-                                                      str(tmp_path / "data/missing*.xyz")])))
+    check_workflow_config(edited(own(tmp_path, paths=[str(tmp_path / "data/*.xyz")])))
+
+
+def test_own_data_a_job_would_refuse_is_refused_before(tmp_path):
+    """A recursive glob that matches only folders beside a file that exists, a matched file of
+    an unknown format, an E0s file of one, an E0s mapping with a symbol of no element."""
+    (tmp_path / "runs/md").mkdir(parents=True)
+    (tmp_path / "runs/a.extxyz").write_text("1\n\nH 0 0 0\n")
+    (tmp_path / "runs/notes.txt").write_text("")
+    found = str(tmp_path / "runs/a.extxyz")
+    for cfg, message in [
+        ({"paths": [found, str(tmp_path / "runs/**/md")]},
+         r"config datasets.own.paths: '.*runs/\*\*/md' matches no file"),
+        ({"paths": [str(tmp_path / "runs/*")]},
+         r"config datasets.own.paths: .*notes.txt: unknown suffix '.txt'"),
+        ({"paths": [found], "e0s": {"file": str(tmp_path / "runs/notes.txt")}},
+         r"config datasets.own.e0s.file: .*notes.txt: unknown suffix"),
+        ({"paths": [found], "e0s": {"Cu": -3.5, "Cx": -1.0}},
+         r"config datasets.own.e0s: 'Cx': not element symbols"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            check_workflow_config(edited(own(tmp_path, **cfg)))
 
 
 def test_library_checks_are_remembered_per_model_setting(tmp_path):
@@ -108,6 +147,8 @@ def test_library_checks_are_remembered_per_model_setting(tmp_path):
 @pytest.mark.workflow
 @pytest.mark.parametrize("overlay, message", [
     ("cutoff: .nan\n", "config cutoff: nan is not a finite number"),
+    ("datasets:\n  big: {kind: generated, preset: crystals, graphs: 40, shards: 41}\n",
+     "config datasets.big.shards: 41 shards for the 40 frames of datasets.big.graphs"),
     ("train:\n  settings:\n    model: {hidden_irreps: '16x0e+16x1x'}\n",
      "config model.hidden_irreps: '16x0e+16x1x' is not an irreps string"),
 ])

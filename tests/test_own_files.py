@@ -314,10 +314,17 @@ def test_graphs_rebuilt_when_a_file_is_edited_added_or_removed(built):
     (data / "d.xyz").write_bytes(text)  # added
     assert "frames" in planned(built, "graphs", *config)
     (data / "d.xyz").unlink()
-    for removed in ("b.xyz", "more/c.extxyz"):  # the second glob then matches nothing
-        (data / removed).rename(built / "removed")
-        assert "frames" in planned(built, "graphs", *config)
-        (built / "removed").rename(data / removed)
+    (data / "b.xyz").rename(built / "removed")
+    assert "frames" in planned(built, "graphs", *config)
+    (built / "removed").rename(data / "b.xyz")
+    # the second glob then matches nothing: refused before any job, naming it
+    (data / "more/c.extxyz").rename(built / "removed")
+    refused = subprocess.run([sys.executable, "-m", "snakemake", "-n", "graphs", *config],
+                             cwd=built, capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0
+    assert ("config datasets.own.paths: \"Jo's data/**/*.extxyz\" matches no file"
+            in refused.stdout + refused.stderr)
+    (built / "removed").rename(data / "more/c.extxyz")
     assert planned(built, "graphs", *config) == set()
 
 

@@ -2,9 +2,12 @@
 
 The JSON schema (workflow/schemas/config.schema.yaml) checks keys and types; this module checks
 what a schema cannot say, each by the code that will use the value: finite numbers, the cutoff's
-range, split fractions and seeds, shard counts that shard names can hold, the files a data set
-names, and the training settings (cfmtrain's typed config; with `library_checks`, the irreps
-strings and harmonics order by e3nn, as the model will read them). Errors name the key.
+range, split fractions and seeds, shard counts that shard names and a generated set's frames can
+hold, the files a data set names (each glob matching a file of a known format), E0s element
+symbols, registry entries, a union's members (each once, each a data set with graphs of its own),
+and the training settings (cfmtrain's typed config; with `library_checks`, the irreps strings and
+harmonics order by e3nn, as the model will read them). Errors name the key: what a job would only
+find later is refused before any job runs.
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from ase.data import atomic_numbers
+
 from cfmtrain.frames.neighbors import check_cutoff
 from cfmtrain.graphs.split import SplitError, check_fractions
 from cfmtrain.paper import VARIANTS
+from cfmtrain.sources.registry import DATASETS as REGISTRY
 from cfmtrain.train.config import ConfigError, load_config
 
 MAX_SHARDS = 10_000  # shard names are four digits (frames_0000 ... shard_9999)
@@ -38,11 +44,22 @@ def _numbers(value: object, key: str) -> Iterator[tuple[str, float]]:
         yield key, value
 
 
-def _check_dataset(name: str, cfg: dict) -> None:
+def _check_dataset(name: str, cfg: dict, known: dict[str, str], split: dict) -> None:
+    """ConfigError naming the key of data set `name` that its jobs would fail on; `known` maps
+    every data set's name to its kind, `split` is config `split`."""
     key = f"datasets.{name}"
     if cfg.get("shards", 1) > MAX_SHARDS:
         raise ConfigError(f"config {key}.shards: {cfg['shards']} shards, more than shard names "
                           f"hold ({MAX_SHARDS})")
+    kind = cfg["kind"]
+    if kind == "union":
+        _check_members(key, cfg["members"], known)
+    elif kind == "generated":
+        _check_generated(key, cfg, split)
+    elif kind == "download" and cfg.get("registry", name) not in REGISTRY:
+        raise ConfigError(f"config {key}.registry: {cfg.get('registry', name)!r} (the data set's "
+                          "name unless given) is no entry of the registry, which `cfmtrain "
+                          f"download` fetches from; known: {', '.join(sorted(REGISTRY))}")
     e0s = cfg.get("e0s")
     if isinstance(e0s, dict) and "file" in e0s:
         path = Path(os.path.expanduser(e0s["file"]))
@@ -50,12 +67,82 @@ def _check_dataset(name: str, cfg: dict) -> None:
             what = "is a folder" if path.is_dir() else "no such file"
             raise ConfigError(f"config {key}.e0s.file: {e0s['file']}: {what} (the file of "
                               "isolated-atom frames to read the E0s from)")
+        _check_format(f"{key}.e0s.file", path)
+    elif isinstance(e0s, dict):
+        unknown = [symbol for symbol in e0s if symbol not in atomic_numbers]
+        if unknown:
+            raise ConfigError(f"config {key}.e0s: {', '.join(map(repr, unknown))}: not element "
+                              "symbols (H, He, ... Og)")
     for pattern in cfg.get("paths", []):
-        if os.path.isdir(os.path.expanduser(pattern)):
-            raise ConfigError(f"config {key}.paths: {pattern!r} is a folder; list its files or "
-                              f"a glob such as '{pattern.rstrip('/')}/*.xyz' ('**' recurses)")
-        if not glob.has_magic(pattern) and not os.path.exists(os.path.expanduser(pattern)):
-            raise ConfigError(f"config {key}.paths: {pattern}: no such file")
+        _check_pattern(f"{key}.paths", pattern)
+
+
+def _check_members(key: str, members: list[str], known: dict[str, str]) -> None:
+    """A union's members: each listed once (a member twice would put copies of its test graphs
+    into training), each a data set with graphs of its own."""
+    for member in members:
+        if members.count(member) > 1:
+            raise ConfigError(f"config {key}.members: {member!r} is listed "
+                              f"{members.count(member)} times; list each member once (its graphs "
+                              "would be in the union twice, and the split would put copies of its "
+                              "test graphs into training)")
+        if member not in known:
+            raise ConfigError(f"config {key}.members: {member!r} is not a data set of config "
+                              f"`datasets` (known: {', '.join(sorted(known))})")
+        if known[member] == "union":
+            raise ConfigError(f"config {key}.members: {member!r} is a union; a member must be a "
+                              "data set with graphs of its own (list its members instead)")
+
+
+def _check_generated(key: str, cfg: dict, split: dict) -> None:
+    """A generated set's frames fill its shards (an empty shard fails its graph job) and, with
+    a validation or test part, give the split its 3 graphs."""
+    shards = cfg.get("shards", 2)
+    if cfg.get("preset", "mini") == "crystals":
+        frames, what = cfg["graphs"], f"{key}.graphs"
+    else:
+        from cfmtrain.sources.mini import subset_counts  # lazy: ase's calculators (0.5 s)
+
+        try:
+            frames = sum(subset_counts(cfg.get("scale", 1.0)).values())
+        except ValueError as err:
+            raise ConfigError(f"config {key}.scale: {err}") from None
+        what = f"{key}.scale ({cfg.get('scale', 1.0)})"
+    if shards > frames:
+        raise ConfigError(f"config {key}.shards: {shards} shards for the {frames} frames of "
+                          f"{what}: a shard would be empty; give at most {frames}")
+    if frames < 3 and (split["valid"] > 0 or split["test"] > 0):
+        raise ConfigError(f"config {what}: {frames} graph(s) cannot be split into train, "
+                          "validation and test (3 are needed); generate more, or set config "
+                          "split.valid and split.test to 0")
+
+
+def _check_format(key: str, path: Path) -> None:
+    from cfmtrain.readers.own import own_format  # lazy: ase.io (0.6 s) for files sets only
+
+    try:
+        own_format(path)
+    except ValueError as err:
+        raise ConfigError(f"config {key}: {err}") from None
+
+
+def _check_pattern(key: str, pattern: str) -> None:
+    """A file or glob of a files set: a file (or glob matching files) of a known format."""
+    expanded = os.path.expanduser(pattern)
+    if os.path.isdir(expanded):
+        raise ConfigError(f"config {key}: {pattern!r} is a folder; list its files or "
+                          f"a glob such as '{pattern.rstrip('/')}/*.xyz' ('**' recurses)")
+    if not glob.has_magic(pattern):
+        if not os.path.exists(expanded):
+            raise ConfigError(f"config {key}: {pattern}: no such file")
+        _check_format(key, Path(expanded))
+        return
+    files = [p for p in glob.glob(expanded, recursive=True) if os.path.isfile(p)]
+    if not files:
+        raise ConfigError(f"config {key}: {pattern!r} matches no file (relative paths are read "
+                          "from the working directory, the clone's root)")
+    for file in sorted(files):
+        _check_format(key, Path(file))
 
 
 PER_CELL = ("variant", "train_fraction")  # TrainConfig keys that each cell sets itself
@@ -101,8 +188,10 @@ def check_workflow_config(config: dict, library_checks: bool = True,
         raise ConfigError(f"config split: {err}") from None
     if split["seed"] < 0:
         raise ConfigError(f"config split.seed: {split['seed']} is negative (seeds are >= 0)")
+    known = {name: cfg["kind"] for name, cfg in config["datasets"].items()}
+    known |= {f"scale_{n}": "generated" for n in config.get("scale", {}).get("graphs", [])}
     for name, cfg in config["datasets"].items():
-        _check_dataset(name, cfg)
+        _check_dataset(name, cfg, known, split)
     _check_variants(config)
     settings = config.get("train", {}).get("settings", {})
     for key in PER_CELL:

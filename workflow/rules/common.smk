@@ -113,9 +113,9 @@ def graph_dirs(wildcards):
 
 def own_files(dataset):
     """The files of a `kind: files` set: its `paths`, globs expanded (relative to the working
-    directory, the clone's root), in order, each once. A pattern that matches nothing stays as
-    written: the job then reruns and `cfmtrain convert` names it (an input function that
-    raised would leave the old graphs in place)."""
+    directory, the clone's root), in order, each once. A pattern that matches nothing is refused
+    by the config check before this is called; should its files go while Snakemake runs, it
+    stays as written, for `cfmtrain convert` to name."""
     found = []
     for pattern in DATASETS[dataset]["paths"]:
         matches = glob.glob(os.path.expanduser(pattern), recursive=True)
