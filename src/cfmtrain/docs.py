@@ -16,7 +16,6 @@ import inspect
 import json
 import re
 import shutil
-import subprocess
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ from typing import Any, Literal
 import pandas as pd
 import yaml
 
+from cfmtrain import children
 from cfmtrain.train.config import RANGES, BatchConfig, ModelConfig, OptimConfig, TrainConfig
 
 REFERENCE = Path("docs/results")
@@ -396,8 +396,8 @@ def outputs(root: Path) -> dict[Path, Callable[[str], str]]:
 
 
 def _git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return children.run(["git", *args], cwd=root, capture_output=True, text=True,
+                        check=True).stdout.strip()
 
 
 def collect(root: Path, results: Path, names: list[str]) -> list[str]:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from cfmtrain import children
 from cfmtrain.bench.table import report
 from cfmtrain.dist.distenv import DistEnv, available_cpus
 from cfmtrain.frames.labels import ENERGY_KEY, FORCES_KEY, STRESS_KEY
@@ -113,7 +114,7 @@ def mace_process(arguments: list[str], work: Path, env: dict) -> float:
     command = mace_command(arguments)
     t0 = time.perf_counter()
     with open(work / "mace_run_train.log", "w") as log:
-        done = subprocess.run(command, env=env, cwd=work, stdout=log, stderr=subprocess.STDOUT)
+        done = children.run(command, env=env, cwd=work, stdout=log, stderr=subprocess.STDOUT)
     wall = time.perf_counter() - t0
     if done.returncode:
         raise RuntimeError(f"mace_run_train failed ({done.returncode}); see "
@@ -146,7 +147,7 @@ def run_cfmtrain(cfg: TrainConfig, graphs: list[Path], split: Path, work: Path, 
                str(split), "--output", str(work / "cfmtrain"), "--config", str(config_file)]
     t0 = time.perf_counter()
     with open(work / "cfmtrain_train.log", "w") as log:
-        done = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        done = children.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     wall = time.perf_counter() - t0
     if done.returncode:
         raise RuntimeError(f"cfmtrain train failed ({done.returncode}); see "

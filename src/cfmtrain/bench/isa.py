@@ -18,11 +18,11 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from cfmtrain import children
 from cfmtrain.bench.kernels import CHILD_ENV, PASSES, PRESETS, _configs, _rel_diff
 from cfmtrain.bench.kernels_worker import setup, time_step
 from cfmtrain.bench.table import report
@@ -65,8 +65,8 @@ def _run_one(config: dict, variant: str, timeout: float) -> dict:
     """One configuration in a subprocess loading `variant`; its timing, or a RuntimeError with
     the child's last error line."""
     env = {**CHILD_ENV, **os.environ, **MALLOC_ENV, isa.ENV: variant}
-    proc = subprocess.run([sys.executable, "-m", "cfmtrain.bench.isa", json.dumps(config)],
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    proc = children.run([sys.executable, "-m", "cfmtrain.bench.isa", json.dumps(config)],
+                        env=env, capture_output=True, text=True, timeout=timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]

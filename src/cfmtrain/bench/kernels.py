@@ -16,12 +16,12 @@ import itertools
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from cfmtrain import children
 from cfmtrain.bench.kernels_figure import plot_kernels
 from cfmtrain.malloc_env import MALLOC_ENV
 
@@ -162,7 +162,7 @@ def run_child(config: dict, timeout: float, limit: int,
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, preexec_fn=limit_memory)
+        proc = children.Popen(cmd, stdout=out, stderr=err, env=env, preexec_fn=limit_memory)
         start, status, usage = time.monotonic(), None, None
         while status is None:
             pid, wait_status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -242,7 +242,7 @@ def add_paired(rows: list[dict], rounds: int, timeout: float) -> None:
             continue
         with tempfile.TemporaryDirectory(prefix="cfmtrain-paired-") as tmp:
             csv = Path(tmp) / "compare.csv"
-            done = subprocess.run(
+            done = children.run(
                 [sys.executable, "-m", "cfmtrain", "bench", "compare", "--op", r["op"],
                  "--arms", "mace", "fused", "--atoms", str(r["atoms"]), "--dtype", r["dtype"],
                  "--pass", r["pass"], "--model", r["model"], "--rounds", str(rounds),

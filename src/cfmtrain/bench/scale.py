@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cfmtrain import children
 from cfmtrain.bench.scale_figure import STAGES, plot_scale
 from cfmtrain.bench.table import report
 from cfmtrain.graphs.store import GraphStore
@@ -65,7 +66,7 @@ def timed(command: list[str], log: Path) -> dict:
     (wait4's ru_maxrss covers the waited-for descendants). A failure raises, naming the log."""
     t0 = time.perf_counter()
     with open(log, "w") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        proc = children.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     _, status, usage = os.wait4(proc.pid, 0)  # Popen.wait would not return the usage
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
@@ -104,7 +105,7 @@ def graph_scaling(frames: Path, scratch: Path, logs: Path, rounds: int) -> dict:
     def builds(*shards: int) -> None:
         """`cfmtrain graphs` of `source` into each of `shards`, all at once, waited for."""
         with contextlib.ExitStack() as stack:
-            procs = [subprocess.Popen(
+            procs = [children.Popen(
                 _cfmtrain("graphs", "--input", source, "--output", scratch / f"shard_{k}.h5",
                           "--dataset", "scale"),
                 stdout=stack.enter_context(open(logs / f"scaling_{k}.log", "w")),

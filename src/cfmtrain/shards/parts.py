@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import multiprocessing
 import pickle
 import shutil
 from collections import Counter
@@ -23,7 +22,7 @@ from typing import Protocol
 import ase.io
 from tqdm import tqdm
 
-from cfmtrain import crash
+from cfmtrain import children, crash
 from cfmtrain.atomic import atomic_path
 from cfmtrain.frames.extxyz import frame_offsets
 from cfmtrain.frames.validate import (
@@ -141,7 +140,7 @@ def convert_parts(reader: PartReader, parts: list[Part], folder: Path, shard_pat
         with contextlib.ExitStack() as stack:
             if workers > 1 and len(tasks) > 1:
                 pool = stack.enter_context(
-                    multiprocessing.get_context("spawn").Pool(min(workers, len(tasks))))
+                    children.pool(min(workers, len(tasks))))
                 results = pool.imap(convert_part, tasks)  # in order: the first error first
             else:
                 results = map(convert_part, tasks)

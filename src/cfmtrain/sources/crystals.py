@@ -10,7 +10,6 @@ set is generated shard by shard in parallel processes and is the same for any wo
 from __future__ import annotations
 
 import json
-import multiprocessing
 from pathlib import Path
 
 import ase
@@ -19,6 +18,7 @@ from ase import Atoms
 from ase.calculators.morse import fcut, fcut_d
 from ase.data import covalent_radii
 
+from cfmtrain import children
 from cfmtrain.atomic import atomic_path
 from cfmtrain.digest import file_digest
 from cfmtrain.frames.extxyz import mace_frame, write_shards
@@ -142,7 +142,7 @@ def generate_crystals(output_dir: str | Path, graphs: int, seed: int = 0, num_sh
     if workers <= 1:
         shards = [_write_shard(t) for t in tasks]
     else:
-        with multiprocessing.get_context("spawn").Pool(min(workers, len(tasks))) as pool:
+        with children.pool(min(workers, len(tasks))) as pool:
             shards = pool.map(_write_shard, tasks, chunksize=1)
     manifest = {
         "dataset": PRESET, "preset": PRESET, "generator_version": GENERATOR_VERSION,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import multiprocessing
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from ase.calculators.tip3p import TIP3P
 from ase.stress import voigt_6_to_full_3x3_stress
 from tqdm import tqdm
 
+from cfmtrain import children
 from cfmtrain.atomic import atomic_path
 from cfmtrain.digest import file_digest
 from cfmtrain.frames.extxyz import mace_frame, write_shards
@@ -156,7 +156,7 @@ def iter_mini_frames(
                 yield _make_task(task)
                 bar.update()
             return
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        with children.pool(workers) as pool:
             for frame in pool.imap(_make_task, tasks, chunksize=2):
                 yield frame
                 bar.update()

@@ -10,6 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cfmtrain import children
 from cfmtrain.malloc_env import MALLOC_ENV
 
 
@@ -21,8 +22,8 @@ def run_series(spec: dict, labels: list[dict], timeout_s: float = 3600) -> list[
         json.dump(spec, f)
     env = {**os.environ, **MALLOC_ENV}
     try:
-        proc = subprocess.run([sys.executable, "-m", "cfmtrain.sweep.measure", f.name],
-                              capture_output=True, text=True, env=env, timeout=timeout_s)
+        proc = children.run([sys.executable, "-m", "cfmtrain.sweep.measure", f.name],
+                            capture_output=True, text=True, env=env, timeout=timeout_s)
     finally:
         Path(f.name).unlink()
     results = {}
