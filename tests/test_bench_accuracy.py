@@ -8,11 +8,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import TINY, make_store
+from ase.build import bulk
+from ase.calculators.emt import EMT
+from helpers import CUTOFF, TINY, emt_frames, make_store
 
 from cfmtrain.bench import accuracy
 from cfmtrain.bench.accuracy_runs import (
@@ -23,10 +26,15 @@ from cfmtrain.bench.accuracy_runs import (
     RunResult,
     log_stamps,
     mace_curve,
+    mace_process,
+    mace_result,
     mace_times,
     run_cfmtrain,
 )
+from cfmtrain.graphs.build import atoms_to_graph
+from cfmtrain.graphs.store import GraphStore, write_shard
 from cfmtrain.measure.paired import run_rounds
+from cfmtrain.train.build import load_parts, training_stats
 from cfmtrain.train.config import load_config
 
 
@@ -237,6 +245,53 @@ def test_cfmtrain_run_resumes_for_an_extra_epoch(tmp_path):
     assert more.info["e0s"] == first.info["e0s"]
     log = (tmp_path / "both.log").read_text()
     assert log.count("cfmtrain launch") == 2 and "resuming at epoch 1" in log
+
+
+def aluminium_only_in_test(folder: Path) -> tuple[Path, Path]:
+    """A store of 12 Cu/Ni graphs (9 train, 3 valid) and 3 aluminium cells, the test part
+    alone, with its split."""
+    frames = emt_frames(12, seed=4)
+    for k in range(3):
+        atoms = bulk("Al", "fcc", a=4.05, cubic=True)
+        atoms.rattle(0.04, seed=k)
+        atoms.calc = EMT()
+        atoms.info.update(REF_energy=atoms.get_potential_energy(), config_type="al")
+        atoms.info["REF_stress"] = atoms.get_stress(voigt=False)
+        atoms.arrays["REF_forces"] = atoms.get_forces()
+        atoms.calc = None
+        frames.append(atoms)
+    graphs = [atoms_to_graph(a, CUTOFF) | {"source_index": i} for i, a in enumerate(frames)]
+    folder.mkdir(parents=True)
+    write_shard(folder / "shard_0000.h5", graphs, cutoff=CUTOFF)
+    split = folder / "split.npz"
+    np.savez(split, seed=0, store=GraphStore(folder).fingerprint, train=np.arange(9),
+             valid=np.arange(9, 12), test=np.arange(12, 15))
+    return folder, split
+
+
+@pytest.mark.slow
+def test_mace_run_train_builds_the_element_table_of_the_e0s(tmp_path):
+    """An element of the store that neither mace_run_train's training nor its validation file
+    holds (aluminium, in the test part only): the E0s every run gets cover it, and
+    mace_run_train's model is built on their elements, as cfmtrain's are, instead of failing
+    on the shapes of E0s beyond the elements of its files."""
+    folder, split = aluminium_only_in_test(tmp_path / "store")
+    store = GraphStore(folder)
+    cfg = load_config(None, [*TINY, "batch.graphs_per_batch=3", "measure_straggler=false",
+                             "epochs=1", "eval_interval=1"])
+    parts = load_parts(store, split, cfg)
+    stats = training_stats(cfg, store, parts)
+    e0s = dict(zip(stats.zs, stats.e0s, strict=True))
+    assert sorted(e0s) == [13, 28, 29]
+    bench = Bench(cfg=cfg, graphs=[folder], split=split, ranks=1, threads=1,
+                  work=tmp_path / "work")
+    bench.work.mkdir()
+    with mace_process(bench, store, parts, e0s) as process:
+        process.finish()
+    got = mace_result(bench, process).info["e0s"]
+    assert sorted(got) == sorted(e0s)
+    np.testing.assert_allclose([got[z] for z in sorted(e0s)], [e0s[z] for z in sorted(e0s)],
+                               atol=1e-6)
 
 
 @pytest.mark.slow

@@ -189,7 +189,13 @@ def mace_curve(records: list[dict], times: dict[int, float]) -> pd.DataFrame:
 def mace_process(bench: Bench, store, parts: dict[str, np.ndarray], e0s: dict[int, float]
                  ) -> EpochTurns:
     """mace_run_train in work/mace_run_train on the same training and validation graphs,
-    with the E0s given as an explicit dict; not started yet."""
+    with the E0s given as an explicit dict and its element table their elements; not started
+    yet.
+
+    The E0s (and so cfmtrain's models) cover every element of the split's parts; left to
+    itself, mace_run_train's table holds only those of its training and validation files, and
+    E0s of an element beyond it fail its model's shapes. So the table is given explicitly: the
+    three runs' models share one."""
     folder = bench.work / MACE
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -198,6 +204,7 @@ def mace_process(bench: Bench, store, parts: dict[str, np.ndarray], e0s: dict[in
     r_max = bench.cfg.model.r_max or store.cutoff
     arguments = mace_arguments(bench.cfg, r_max, folder, name=MACE_NAME, e0s=repr(e0s),
                                batch_size=bench.ranks * bench.cfg.batch.graphs_per_batch)
+    arguments.append(f"--atomic_numbers={sorted(int(z) for z in e0s)}")
     log = folder / "mace_run_train.log"
     return EpochTurns(MACE, mace_command(arguments), log,
                       lambda: sum(k is not None for k in log_stamps(log)),
