@@ -81,7 +81,8 @@ def load_checkpoint(path: Path) -> dict:
     """Load a checkpoint with an explicit weights_only=True, so that no code is unpickled even
     after mace-torch has set TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 for the whole process (torch
     honours an explicit argument). FileNotFoundError if absent; CheckpointError, naming the
-    file, if it cannot be read or is not a cfmtrain checkpoint of this format."""
+    file, if it cannot be read or is not a cfmtrain checkpoint of this format. The state's
+    `loaded_from` is the file's path (for messages; not saved again)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: checkpoint not found")
@@ -91,6 +92,7 @@ def load_checkpoint(path: Path) -> dict:
         raise CheckpointError(f"{path}: cannot load checkpoint: {_reason(err)}") from err
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a cfmtrain checkpoint of format {FORMAT}")
+    state["loaded_from"] = str(path)
     return state
 
 

@@ -23,15 +23,15 @@ from cfmtrain.dist import distenv
 from cfmtrain.paper import VARIANTS
 from cfmtrain.train.build import build_run, data_identity, open_store
 from cfmtrain.train.checkpoint import load_checkpoint, load_latest
-from cfmtrain.train.config import ConfigError, load_config, to_dict
+from cfmtrain.train.config import PER_CALL, ConfigError, load_config, run_settings, to_dict
 from cfmtrain.train.loop import StopFlag
 from cfmtrain.train.model import check_model_config
 from cfmtrain.train.runner import train
 from cfmtrain.train.summary import write_json
 
-# Keys that may differ between a checkpoint and the run that resumes it.
-RESUMABLE = {"epochs", "max_steps", "checkpoint_every", "progress", "timeout_s", "threads",
-             "measure_straggler", "warm_up", "batch.num_workers", "batch.pin_memory"}
+# Keys that may differ between a checkpoint and the run that resumes it: the call's own
+# (config.PER_CALL), and the number of epochs (a run may be extended).
+RESUMABLE = {"epochs", *PER_CALL}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,7 +97,9 @@ def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0)
     wanted = _flat(to_dict(load_config(args.config, overrides)))
     saved = _flat(state["config"])
     changed = sorted(k for k in wanted if k not in RESUMABLE and saved.get(k) != wanted[k])
-    epoch, epochs = state["epoch"], wanted["epochs"]
+    # the epochs the resumed run would train to (_settings): the checkpoint's unless given
+    epochs = load_config(args.config, overrides, base=run_settings(state["config"])).epochs
+    epoch = state["epoch"]
     finished = epoch == epochs and state["batches_done"] == 0
     why = None
     if state.get("data") != data:
@@ -188,7 +190,8 @@ def _settings(args: argparse.Namespace, overrides: list[str], rank: int) -> tupl
     `args.output`; ConfigError, CheckpointError (a ValueError) or FileNotFoundError if
     unusable."""
     state = _resume_state(args, overrides, rank)
-    cfg = load_config(args.config, overrides, base=state["config"] if state else None)
+    cfg = load_config(args.config, overrides,
+                      base=run_settings(state["config"]) if state else None)
     check_model_config(cfg.model)
     return state, cfg
 

@@ -357,6 +357,27 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (),
     return validate(cfg)
 
 
+# Settings of one call of `cfmtrain train`, not of the run it trains: where the call stops, what
+# it prints and writes along the way, how its processes run. None changes the trained weights, so
+# they are no part of a run's identity: a resumed run takes them from the call that resumes it
+# (its file, --set or the defaults), never from the checkpoint, and they may differ between calls.
+PER_CALL = ("max_steps", "checkpoint_every", "progress", "timeout_s", "threads",
+            "measure_straggler", "warm_up", "batch.num_workers", "batch.pin_memory")
+
+
+def run_settings(saved: dict) -> dict:
+    """A saved config dict (a checkpoint's) without its PER_CALL keys: the base a resumed call's
+    own settings go on top of (load_config), so that those keys are the call's."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in saved.items()}
+    for key in PER_CALL:
+        *parents, name = key.split(".")
+        node = out
+        for parent in parents:
+            node = node.get(parent, {})
+        node.pop(name, None)
+    return out
+
+
 def to_dict(cfg: TrainConfig) -> dict:
     """Plain nested dict (str, int, float, bool, None, lists) for checkpoints and results."""
     return dataclasses.asdict(cfg)

@@ -322,11 +322,34 @@ def next_epoch_turns(progress: Progress, stop: StopFlag) -> Turns[bool]:
                                    progress.recorder, progress.plan)):
         write_timeline(run)
         if run.env.rank == 0:
-            print(f"stopped at global step {run.global_step}: checkpoint written to "
-                  f"{run.out / ckpt.CHECKPOINT}; continue with --resume",
-                  file=sys.stderr, flush=True)
+            print(f"stopped at global step {run.global_step}{_why_stopped(run)}: checkpoint "
+                  f"written to {run.out / ckpt.CHECKPOINT}; continue with --resume auto (or "
+                  "--resume with its path)", file=sys.stderr, flush=True)
         return False
     progress.epoch, progress.skip, progress.partial = progress.epoch + 1, 0, None
+    return True
+
+
+def _why_stopped(run: Run) -> str:
+    """', max_steps=N reached (...)' for a stop by the step budget, else '' (SIGTERM)."""
+    if 0 < run.cfg.max_steps <= run.global_step:
+        return (f", max_steps={run.cfg.max_steps} reached (a stop for this call only: a resumed "
+                "call trains to the end of its epochs, or to its own max_steps)")
+    return ""
+
+
+def budget_spent(cfg: TrainConfig, state: dict | None, main: bool) -> bool:
+    """True if this call's max_steps is already reached by the checkpoint `state` of a run
+    with epochs left to train: there is nothing to train (said by the `main` rank)."""
+    if state is None or not 0 < cfg.max_steps <= state["global_step"]:
+        return False
+    if state["epoch"] >= cfg.epochs:
+        return False  # trained: only finishes
+    if main:
+        print(f"{state.get('loaded_from', 'checkpoint')}: already at global step "
+              f"{state['global_step']}, max_steps={cfg.max_steps} is reached: nothing trained; "
+              "resume without max_steps (to the end of the epochs) or with a larger one",
+              file=sys.stderr, flush=True)
     return True
 
 
@@ -349,6 +372,8 @@ def train(run: Run, state: dict | None, stop: StopFlag, last: bool = True) -> bo
     through `stop`, or max_steps); True if it completed. A run whose checkpoint ends its last
     epoch only finishes. After the outputs of the `last` run of the process, SIGTERM is
     ignored; after an earlier one `stop` keeps recording it (the caller stops between runs)."""
+    if budget_spent(run.cfg, state, run.env.rank == 0):
+        return False
     progress = begin(run, state)
     while progress.epoch < run.cfg.epochs:
         if not drive(next_epoch_turns(progress, stop)):

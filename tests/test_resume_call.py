@@ -1,0 +1,61 @@
+"""What a resume takes from the call and what from the checkpoint: the settings of one call
+(max_steps, checkpoint_every, warm_up, ...) are the resuming call's, never inherited.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import train
+from test_resume_end import assert_same_outputs, total_steps
+
+from cfmtrain.train.checkpoint import CHECKPOINT, load_checkpoint
+from cfmtrain.train.config import PER_CALL, load_config, run_settings, to_dict
+
+
+def test_run_settings_drop_every_per_call_key():
+    saved = to_dict(load_config(overrides=["max_steps=7", "checkpoint_every=3", "threads=2",
+                                           "batch.pin_memory=true", "optim.lr=0.01"]))
+    cfg = load_config(base=run_settings(saved))
+    assert (cfg.max_steps, cfg.checkpoint_every, cfg.threads, cfg.batch.pin_memory) == (
+        0, 0, 0, False)  # the defaults: none given to this call
+    assert cfg.optim.lr == 0.01 and saved["max_steps"] == 7  # identity kept, input untouched
+    defaults = to_dict(load_config())
+    flat = {f"{k}.{j}" if isinstance(v, dict) else k for k, v in defaults.items()
+            for j in (v if isinstance(v, dict) else [None])}
+    assert set(PER_CALL) <= flat  # every per-call key names a real key
+
+
+@pytest.mark.slow
+def test_explicit_resume_takes_the_calls_stops_not_the_checkpoints(data, full_run, tmp_path,
+                                                                  capsys):
+    total = total_steps(full_run)
+    assert train(data[0], data[1], tmp_path, "max_steps=4", "checkpoint_every=2",
+                 "warm_up=false") == 0
+    err = capsys.readouterr().err
+    assert "max_steps=4 reached" in err and "--resume auto" in err
+    assert load_checkpoint(tmp_path / CHECKPOINT)["global_step"] == 4
+
+    # this call's max_steps below the checkpoint's step: nothing trained, the checkpoint kept
+    path = str(tmp_path / CHECKPOINT)
+    assert train(data[0], data[1], tmp_path, "max_steps=2", resume=path) == 0
+    assert "max_steps=2 is reached: nothing trained" in capsys.readouterr().err
+    assert load_checkpoint(tmp_path / CHECKPOINT)["global_step"] == 4
+
+    # no max_steps in this call: to the end of the epochs, with this call's other stops
+    assert train(data[0], data[1], tmp_path, resume=path) == 0
+    state = load_checkpoint(tmp_path / CHECKPOINT)
+    assert state["global_step"] == total
+    saved = state["config"]
+    assert (saved["max_steps"], saved["checkpoint_every"], saved["warm_up"]) == (0, 0, True)
+    assert_same_outputs(full_run, tmp_path)
+
+
+@pytest.mark.slow
+def test_resume_auto_stops_at_the_calls_own_max_steps(data, full_run, tmp_path):
+    total = total_steps(full_run)
+    assert train(data[0], data[1], tmp_path, "max_steps=3") == 0
+    assert train(data[0], data[1], tmp_path, f"max_steps={total - 4}", resume="auto") == 0
+    assert load_checkpoint(tmp_path / CHECKPOINT)["global_step"] == total - 4
+    assert train(data[0], data[1], tmp_path, resume="auto") == 0  # none: to the end
+    assert_same_outputs(full_run, tmp_path)
+
