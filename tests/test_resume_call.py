@@ -1,8 +1,11 @@
 """What a resume takes from the call and what from the checkpoint: the settings of one call
-(max_steps, checkpoint_every, warm_up, ...) are the resuming call's, never inherited.
+(max_steps, checkpoint_every, warm_up, ...) are the resuming call's, never inherited; a
+checkpoint that does not fit the model is refused by name.
 """
 
 from __future__ import annotations
+
+import shutil
 
 import pytest
 from helpers import train
@@ -58,4 +61,25 @@ def test_resume_auto_stops_at_the_calls_own_max_steps(data, full_run, tmp_path):
     assert load_checkpoint(tmp_path / CHECKPOINT)["global_step"] == total - 4
     assert train(data[0], data[1], tmp_path, resume="auto") == 0  # none: to the end
     assert_same_outputs(full_run, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change, then, now", [
+    (["model.max_ell=3", "model.radial_mlp=[8, 8, 8]"],
+     "model.max_ell=2, model.radial_mlp=[8, 8]", "model.max_ell=3, model.radial_mlp=[8, 8, 8]"),
+    (["model.dtype=float64"], "model.dtype='float32'", "model.dtype='float64'"),
+])
+def test_checkpoint_of_another_model_is_refused_by_name(data, full_run, tmp_path, capsys,
+                                                        change, then, now):
+    given = tmp_path / "given.pt"
+    shutil.copy(full_run / CHECKPOINT, given)
+    # one more epoch, so that the checkpoint is resumed (not only finished)
+    assert train(data[0], data[1], tmp_path / "run", "epochs=3", *change,
+                 resume=str(given)) == 2
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if x.startswith("cfmtrain train:"))
+    assert f"{given}: the checkpoint does not fit this run's model" in line
+    assert f"it was trained with {then}; this run has {now}" in line
+    assert "tensors differ" in line and "size mismatch" not in err and "Traceback" not in err
+    assert not (tmp_path / "run" / CHECKPOINT).exists()
 

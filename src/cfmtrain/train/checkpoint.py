@@ -20,6 +20,7 @@ import torch
 from cfmtrain.atomic import atomic_path
 from cfmtrain.kernels import unfuse_model
 from cfmtrain.train.config import to_dict
+from cfmtrain.train.resume import check_fits
 
 CHECKPOINT = "checkpoint.pt"
 PREVIOUS = "checkpoint.prev.pt"
@@ -142,10 +143,14 @@ def _free_name(path: Path) -> Path:
 
 
 def restore(run, state: dict) -> None:
-    """Put the saved model, optimiser, scheduler, EMA, sampler and step into `run`."""
+    """Put the saved model, optimiser, scheduler, EMA, sampler and step into `run`; a
+    checkpoint of another rank count or one that does not fit the model is refused, naming
+    the file (resume.MisfitError)."""
     if state["world_size"] != run.env.world_size:
-        raise ValueError(f"checkpoint was written by {state['world_size']} ranks, this run has "
-                         f"{run.env.world_size}: the sampler order would differ")
+        raise ValueError(f"{state.get('loaded_from', 'checkpoint')}: written by "
+                         f"{state['world_size']} ranks, this run has {run.env.world_size}: the "
+                         "sampler order would differ")
+    check_fits(run.model, state, run.cfg)
     run.model.load_state_dict(state["model"])
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
