@@ -1,14 +1,20 @@
 """What a resume takes from the call and what from the checkpoint: the settings of one call
 (max_steps, checkpoint_every, warm_up, ...) are the resuming call's, never inherited; a
-checkpoint that does not fit the model is refused by name.
+checkpoint that does not fit the model is refused by name; a change of code version is recorded
+with both versions and said in one line.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
-from helpers import train
+import torch
+from helpers import COMMON, REPO, train
 from test_resume_end import assert_same_outputs, total_steps
 
 from cfmtrain.train.checkpoint import CHECKPOINT, load_checkpoint
@@ -83,3 +89,43 @@ def test_checkpoint_of_another_model_is_refused_by_name(data, full_run, tmp_path
     assert "tensors differ" in line and "size mismatch" not in err and "Traceback" not in err
     assert not (tmp_path / "run" / CHECKPOINT).exists()
 
+
+SCRIPT = "import sys; sys.path.insert(0, sys.argv.pop(1)); import runpy; " \
+         "runpy.run_module('cfmtrain.train', run_name='__main__')"
+
+
+@pytest.mark.slow
+def test_a_change_of_code_version_on_resume_is_recorded(data, full_run, tmp_path, capsys):
+    total = total_steps(full_run)
+    out = tmp_path / "run"
+    assert train(data[0], data[1], out, "max_steps=2") == 0
+    assert train(data[0], data[1], out, "max_steps=3", resume="auto") == 0  # the same code
+    assert "code changed" not in capsys.readouterr().err
+    first = load_checkpoint(out / CHECKPOINT)["code_versions"]
+    assert len(first) == 1 and first[0]["global_step"] == 0
+
+    # the rest of the run by an edited copy of the package: another code version
+    code = tmp_path / "code"
+    shutil.copytree(REPO / "src" / "cfmtrain", code / "cfmtrain",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(code / "cfmtrain" / "train" / "loop.py", "a") as f:
+        f.write("\n# an edit after the checkpoint was written\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    args = ["--graphs", str(data[0]), "--split", str(data[1]), "--output", str(out),
+            "--resume", "auto", *[a for o in COMMON for a in ("--set", o)]]
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(code), *args], cwd=tmp_path,
+                          env={**env, "PYTHONWARNINGS": "ignore"}, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    said = [x for x in proc.stderr.splitlines() if x.startswith("code changed on resume")]
+    assert len(said) == 1, proc.stderr
+    assert f"{out / CHECKPOINT} was trained to global step 3" in said[0]
+    assert first[0]["sources"] in said[0]
+
+    versions = json.loads((out / "summary.json").read_text())["code_versions"]
+    assert load_checkpoint(out / CHECKPOINT)["code_versions"] == versions
+    assert [v["global_step"] for v in versions] == [0, 3]
+    assert versions[0] == first[0] and versions[1]["sources"] != first[0]["sources"]
+    assert versions[1]["sources"] in said[0]
+    assert load_checkpoint(out / CHECKPOINT)["global_step"] == total
+    assert torch.load(out / "final.model", weights_only=False) is not None

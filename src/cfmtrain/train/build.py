@@ -59,6 +59,8 @@ class Run:
     train_errors: ErrorSums = dataclasses.field(default_factory=ErrorSums)
     # start-up and per-epoch timings on this rank (seconds; `*_at` are Unix times)
     timeline: dict = dataclasses.field(default_factory=dict)
+    # the code that trained the run since which step (resume.code_versions; set by runner.begin)
+    code_versions: list[dict] = dataclasses.field(default_factory=list)
 
     def make_loader(self, dataset: GraphDataset, batch_sampler) -> BatchLoader:
         """Batches assembled from the store's arrays, prefetched per the configured workers

@@ -52,6 +52,7 @@ def checkpoint_state(run, epoch: int, batches_done: int, partial: dict) -> dict:
                     "step": batches_done},
         "torch_rng": torch.get_rng_state(),
         "partial": partial,
+        "code_versions": run.code_versions,
     }
 
 

@@ -1,8 +1,11 @@
-"""What a resume checks beyond the checkpoint's own state: that the checkpoint fits the model
-this run built (refused by name otherwise, instead of torch's page of size mismatches).
+"""What a resume checks and records beyond the checkpoint's own state: that the checkpoint fits
+the model this run built (refused by name otherwise, instead of torch's page of size
+mismatches), and which code versions have trained the run (a change is recorded and said).
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 
@@ -49,3 +52,35 @@ def check_fits(model: torch.nn.Module, state: dict, cfg, shown: int = 3) -> None
                       f"this run's model: {settings} ({len(differ)} tensors differ: "
                       f"{'; '.join(differ[:shown])}{more}); {todo}")
 
+
+def code_versions(state: dict | None, current: dict, main: bool) -> list[dict]:
+    """Which code trained the run, oldest first: each entry is a code_version() (commit,
+    package version, sources digest) with the global step, epoch and step of the epoch it took
+    over at. A fresh run starts the list; a resumed one continues its checkpoint's, adding
+    `current` if the code differs, which the `main` rank says on stderr in one line. A
+    checkpoint of a cfmtrain that kept no list counts as code of unknown version."""
+    if state is None:
+        return [{**current, "global_step": 0, "epoch": 0, "epoch_step": 0}]
+    where = {"global_step": state["global_step"], "epoch": state["epoch"],
+             "epoch_step": state["batches_done"]}
+    unknown = {"commit": "unknown", "version": None, "sources": None,
+               "global_step": 0, "epoch": 0, "epoch_step": 0}
+    versions = list(state.get("code_versions") or [unknown])
+    last = versions[-1]
+    if all(last.get(k) == v for k, v in current.items()):
+        return versions
+    if main:
+        print(f"code changed on resume: {state.get('loaded_from', 'the checkpoint')} was trained "
+              f"to global step {where['global_step']} (epoch {where['epoch']}, step "
+              f"{where['epoch_step']}) by {_label(last)}; the run goes on with "
+              f"{_label(current)} (both in code_versions of the checkpoint and summary.json)",
+              file=sys.stderr, flush=True)
+    return [*versions, {**current, **where}]
+
+
+def _label(version: dict) -> str:
+    """cfmtrain's commit, with the package version and sources digest where they tell more."""
+    if version.get("sources") is None:
+        return "an unrecorded cfmtrain version (a checkpoint of an older cfmtrain)"
+    return (f"cfmtrain {version.get('version')} commit {version['commit']} "
+            f"(sources {version['sources']})")

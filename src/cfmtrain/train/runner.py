@@ -29,7 +29,7 @@ from tqdm import tqdm
 from cfmtrain.atomic import atomic_path
 from cfmtrain.dist import contention
 from cfmtrain.train import checkpoint as ckpt
-from cfmtrain.train import summary
+from cfmtrain.train import resume, summary
 from cfmtrain.train.build import Run
 from cfmtrain.train.config import TrainConfig
 from cfmtrain.train.loop import StopFlag, epoch_steps, evaluate, world_size
@@ -292,12 +292,15 @@ class Progress:
 
 
 def begin(run: Run, state: dict | None) -> Progress:
-    """Restore `run` from `state` if given, drop a stale summary.json, warm the memory up on its
-    largest batches and sample the host: the run is ready for its next epoch."""
+    """Restore `run` from `state` if given (recording a change of code version), drop a stale
+    summary.json, warm the memory up on its largest batches and sample the host: the run is
+    ready for its next epoch."""
     epoch, skip, partial = 0, 0, None
     main = run.env.rank == 0
     if state is not None:
         ckpt.restore(run, state)
+    run.code_versions = resume.code_versions(state, summary.code_version(), main)
+    if state is not None:
         epoch, skip, partial = state["epoch"], state["batches_done"], state["partial"]
         if main and epoch >= run.cfg.epochs:
             print(f"resuming a trained run (epoch {epoch}, global step {run.global_step}): "

@@ -5,6 +5,7 @@ provenance (commit, package versions, kernel backend, op-library build, threads,
 from __future__ import annotations
 
 import csv
+import functools
 import importlib.metadata
 import json
 import math
@@ -17,6 +18,7 @@ import torch
 from ase.data import chemical_symbols
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.digest import new_hasher
 from cfmtrain.kernels import dense, isa
 from cfmtrain.train.config import to_dict
 from cfmtrain.train.steps import STEP_FIELDS
@@ -77,6 +79,24 @@ def git_commit(start: Path) -> str:
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
 
 
+@functools.cache
+def code_version() -> dict:
+    """The cfmtrain this process runs: its git commit ('+dirty' with uncommitted edits,
+    'unknown' outside a checkout), package version and a digest of the package's Python sources
+    (which tells apart edits that one '+dirty' commit, or an installed copy, does not)."""
+    package = Path(__file__).parents[1]
+    hasher = new_hasher()
+    for path in sorted(package.rglob("*.py")):
+        hasher.update(f"{path.relative_to(package).as_posix()}\0".encode())
+        hasher.update(path.read_bytes())
+    try:
+        version = importlib.metadata.version("cfmtrain")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    return {"commit": git_commit(package), "version": version,
+            "sources": hasher.hexdigest()[:16]}
+
+
 def provenance(run) -> dict:
     """Where the numbers come from."""
     versions = {}
@@ -133,6 +153,8 @@ def summarize(run, epochs: list[dict], test: dict, mean_batch: dict, host: dict)
         "capacity": run.capacity.as_dict(),
         "host": host,
         "provenance": provenance(run),
+        # every code version that trained the run, from the step each took over at
+        "code_versions": run.code_versions,
         "config": to_dict(run.cfg),
     }
 
