@@ -4,7 +4,8 @@ the final model as a standard mace-torch `.model` file (unfused, EMA weights).
 A run folder keeps its last two checkpoints, `checkpoint.pt` and the one before it,
 `checkpoint.prev.pt`; each is written under a temporary name, synced and renamed, so a stop at
 any moment leaves at least one complete checkpoint. With `--resume auto` one that cannot be read
-is renamed to `*.corrupt` (with a warning) and the run goes on from the other.
+is renamed to `*.corrupt` (with a warning) and the run goes on from the other. A checkpoint not
+written for want of space is a DiskFullError naming it; the previous ones stay as they were.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from cfmtrain.atomic import atomic_path
 from cfmtrain.kernels import unfuse_model
 from cfmtrain.train.config import to_dict
+from cfmtrain.train.diskfull import torch_save, writing
 from cfmtrain.train.resume import check_fits
 
 CHECKPOINT = "checkpoint.pt"
@@ -64,11 +66,8 @@ def save_checkpoint(state: dict, path: Path) -> None:
     for stale in path.parent.glob(f".{path.name}.tmp-*"):
         if stale.name != f".{path.name}.tmp-{os.getpid()}":
             stale.unlink(missing_ok=True)
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())  # complete on disk before it replaces anything
+    with writing(path), atomic_path(path) as tmp:
+        torch_save(state, tmp, sync=True)  # complete on disk before it replaces anything
         if path.exists():
             os.replace(path, previous_path(path))
 
@@ -173,5 +172,5 @@ def export_model(run, path: Path) -> None:
     if run.cfg.fused:
         model = unfuse_model(model)
     model = model.to("cpu")
-    with atomic_path(path) as tmp:
-        torch.save(model, tmp)
+    with writing(path), atomic_path(path) as tmp:
+        torch_save(model, tmp)

@@ -24,6 +24,7 @@ from cfmtrain.paper import VARIANTS
 from cfmtrain.train.build import build_run, data_identity, open_store
 from cfmtrain.train.checkpoint import load_checkpoint, load_latest
 from cfmtrain.train.config import PER_CALL, ConfigError, load_config, run_settings, to_dict
+from cfmtrain.train.diskfull import DiskFullError
 from cfmtrain.train.loop import StopFlag
 from cfmtrain.train.model import check_model_config
 from cfmtrain.train.runner import train
@@ -179,6 +180,9 @@ def run(args: argparse.Namespace) -> int:
         if env.rank == 0:
             print(f"cfmtrain train: {err}", file=sys.stderr, flush=True)
         return leave(env, 2)
+    except DiskFullError as err:  # only rank 0 writes: it names the file, one line
+        print(f"cfmtrain train: {err}", file=sys.stderr, flush=True)
+        return leave(env, 1)
     except BaseException:
         leave_on_crash(env)
         raise

@@ -32,6 +32,7 @@ from cfmtrain.train import checkpoint as ckpt
 from cfmtrain.train import resume, summary
 from cfmtrain.train.build import Run
 from cfmtrain.train.config import TrainConfig
+from cfmtrain.train.diskfull import writing
 from cfmtrain.train.loop import StopFlag, epoch_steps, evaluate, world_size
 from cfmtrain.train.metrics import ErrorSums
 from cfmtrain.train.steps import STEP_FIELDS, StepRecord
@@ -272,7 +273,7 @@ def write_timeline(run: Run) -> None:
     run.timeline["peak_rss_gb"] = max(u["peak_rss_gb"] for u in usage)
     run.timeline["pss_gb_all_ranks"] = sum(u["pss_gb"] for u in usage)
     if run.env.rank == 0:
-        with atomic_path(run.out / "timeline.json") as tmp:
+        with writing(run.out / "timeline.json"), atomic_path(run.out / "timeline.json") as tmp:
             tmp.write_text(json.dumps(run.timeline, indent=1))
 
 

@@ -21,6 +21,7 @@ from cfmtrain.atomic import atomic_path
 from cfmtrain.digest import new_hasher
 from cfmtrain.kernels import dense, isa
 from cfmtrain.train.config import to_dict
+from cfmtrain.train.diskfull import appending, writing
 from cfmtrain.train.steps import STEP_FIELDS
 
 PACKAGES = ("cfmtrain", "torch", "mace-torch", "e3nn", "numpy", "cuequivariance-torch")
@@ -41,7 +42,7 @@ def read_rows(path: Path) -> list[dict]:
 
 def write_rows(path: Path, fields: tuple[str, ...], rows: list) -> None:
     """Write rows (dicts or sequences in `fields` order) atomically."""
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+    with writing(path), atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(fields)
         for row in rows:
@@ -49,9 +50,10 @@ def write_rows(path: Path, fields: tuple[str, ...], rows: list) -> None:
 
 
 def append_rows(path: Path, fields: tuple[str, ...], rows: list[dict]) -> None:
-    """Append rows (dicts) to a CSV, its header first when the file is new."""
+    """Append rows (dicts) to a CSV, its header first when the file is new; an append that
+    fails leaves the file as it was."""
     new = not path.exists()
-    with open(path, "a", newline="") as f:
+    with appending(path), open(path, "a", newline="") as f:
         writer = csv.writer(f)
         if new:
             writer.writerow(fields)
@@ -170,5 +172,5 @@ def write_json(path: Path, data: dict) -> None:
             return [clean(x) for x in v]
         return v
 
-    with atomic_path(path) as tmp:
+    with writing(path), atomic_path(path) as tmp:
         tmp.write_text(json.dumps(clean(data), indent=2) + "\n")
