@@ -28,6 +28,7 @@ from cfmtrain.frames.validate import (
 from cfmtrain.readers.mptrj import read_mptrj
 from cfmtrain.readers.options import ReadOptions
 from cfmtrain.shards.convert import convert
+from cfmtrain.shards.sources import stamp
 
 KBAR_TO_EV_A3 = 0.1 / 160.21766208  # 1 kBar = 0.1 GPa; 1 eV/A^3 = 160.21766208 GPa
 ATOL = 1e-7  # extxyz writes positions and forces with 8 decimals
@@ -141,7 +142,8 @@ def test_mptrj_conversion_matches_hand_computed_values(mptrj_file, tmp_path):
     assert frames[0].info["REF_stress"][0, 0] == pytest.approx(-12.5 * 0.1 / 160.21766208)
     np.testing.assert_allclose(frames[3].arrays["REF_magmoms"], [3.5, 0.1, 0.1])
     assert manifest["sources"] == [{"path": str(mptrj_file), "bytes": mptrj_file.stat().st_size,
-                                    "sha256": file_digest(mptrj_file)}]
+                                    "sha256": file_digest(mptrj_file),
+                                    "stamp": stamp(mptrj_file)}]
     assert manifest["skipped"] == 0 and manifest["frames"] == 5
     assert json.loads((out / "manifest.json").read_text()) == manifest
 

@@ -36,14 +36,14 @@ def convert(dataset: str, inputs: Sequence[str | os.PathLike], output_dir: str |
     The previous outputs in `output_dir` are replaced only if the conversion succeeds."""
     opts = opts or default_options(dataset)
     _ = opts.stress_factor  # fail early on an unknown unit
-    files, digests = unique_files(expand_inputs(inputs))
+    files, records = unique_files(expand_inputs(inputs))
     parts = plan_parts(files, workers, lambda p: reader_for(p) == "extxyz")
     with staged_outputs(output_dir) as staging:
         counts, _ = convert_parts(RegistryReader(opts), parts, staging,
                                   shard_paths(staging, num_shards), config_type or dataset,
                                   skip_invalid, progress, limits, workers)
         record = manifest(
-            {"dataset": dataset, "config_type": config_type or dataset}, files, digests,
+            {"dataset": dataset, "config_type": config_type or dataset}, files, records,
             {"read_options": {"energy_key": opts.energy_key, "forces_key": opts.forces_key,
                               "stress_key": opts.stress_key, "stress_unit": opts.stress_unit}},
             limits, num_shards, counts)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from cfmtrain.frames.keys import FIELDS, LabelKeys
 from cfmtrain.frames.validate import LIMITS, InvalidFrameError, Limits
-from cfmtrain.readers.e0s import check_covers, resolve_e0s, write_e0s
+from cfmtrain.readers.e0s import TRAINING_METHODS, check_covers, resolve_e0s, write_e0s
 from cfmtrain.readers.own import OwnReader, own_format, parse_keys, read_atoms
 from cfmtrain.shards.parts import convert_parts, plan_parts
+from cfmtrain.shards.sources import source_record
 from cfmtrain.shards.writer import (
     manifest,
     shard_paths,
@@ -41,7 +42,10 @@ def convert_own(dataset: str, files: Sequence[str | os.PathLike], output_dir: st
             raise FileNotFoundError(f"{path}: " + ("matches no file" if glob.has_magic(str(path))
                                                    else "no such file"))
         own_format(path)
-    paths, digests = unique_files(paths)
+    paths, records = unique_files(paths)
+    # an E0s file is an input too: recorded (before it is read) as the manifest's e0s_file
+    e0s_file = (source_record(e0s) if e0s not in (*TRAINING_METHODS, "isolated")
+                and not e0s.lstrip().startswith("{") and Path(e0s).is_file() else None)
     # a bad mapping or file fails before any frame is read; `isolated` needs the frames first
     given = None if e0s == "isolated" else resolve_e0s(e0s, [], keys, read_atoms)
     parts = plan_parts(paths, workers, lambda p: own_format(p) == "extxyz")
@@ -55,7 +59,8 @@ def convert_own(dataset: str, files: Sequence[str | os.PathLike], output_dir: st
         write_e0s(staging, given)
         record = manifest(
             {"dataset": dataset, "kind": "files", "default_config_type": dataset}, paths,
-            digests, {"keys": keys.as_dict(), "e0s": given.record(),
+            records, {"keys": keys.as_dict(), "e0s": given.record(),
+                      **({"e0s_file": e0s_file} if e0s_file else {}),
                       "isolated_atoms": len(isolated)}, limits, num_shards, counts)
         write_manifest(staging, record)
     return record

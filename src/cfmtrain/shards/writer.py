@@ -18,13 +18,13 @@ import numpy as np
 from ase import Atoms
 
 from cfmtrain import crash
-from cfmtrain.digest import file_digest
 from cfmtrain.frames.labels import CONFIG_TYPE_KEY, ENERGY_KEY, FORCES_KEY, STRESS_KEY
 from cfmtrain.frames.validate import (
     Limits,
     RawFrame,
     frame_labels,
 )
+from cfmtrain.shards.sources import source_record
 
 SHARD_NAME = "frames_{:04d}.extxyz"
 MANIFEST = "manifest.json"
@@ -112,36 +112,36 @@ def shard_paths(folder: Path, num_shards: int) -> list[Path]:
     return [Path(folder) / SHARD_NAME.format(k) for k in range(num_shards)]
 
 
-def unique_files(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], dict[Path, str]]:
+def unique_files(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], dict[Path, dict]]:
     """`paths` without repeats: one file listed under several spellings (a/x.xyz, a/../a/x.xyz,
     a symlink) or two files of identical content are read once, the first listed kept, and a
-    warning names the others. Returns (the kept paths, their sha256 by path)."""
+    warning names the others. Returns (the kept paths, their manifest records by path: size,
+    sha256 and stamp, taken before the conversion reads them)."""
     kept: list[Path] = []
-    digests: dict[Path, str] = {}
+    records: dict[Path, dict] = {}
     seen: dict[str, Path] = {}  # real path or content hash -> the kept path
     for path in map(Path, paths):
         real = os.path.realpath(path)
         if real in seen:
             warnings.warn(f"{path}: the same file as {seen[real]}; read once", stacklevel=2)
             continue
-        digest = file_digest(path)
-        if digest in seen:
-            warnings.warn(f"{path}: the same content as {seen[digest]}; read once",
+        record = source_record(path)
+        if record["sha256"] in seen:
+            warnings.warn(f"{path}: the same content as {seen[record['sha256']]}; read once",
                           stacklevel=2)
             continue
-        seen[real] = seen[digest] = path
+        seen[real] = seen[record["sha256"]] = path
         kept.append(path)
-        digests[path] = digest
-    return kept, digests
+        records[path] = record
+    return kept, records
 
 
-def manifest(head: dict, files: list[Path], digests: dict[Path, str], options: dict,
+def manifest(head: dict, files: list[Path], records: dict[Path, dict], options: dict,
              limits: Limits, num_shards: int, counts: dict) -> dict:
-    """A conversion's manifest: `head` (data set, kind), its input files with sizes and sha256,
-    the read `options`, the label limits, the shard names and the writer's counts."""
-    return {**head,
-            "sources": [{"path": str(p), "bytes": p.stat().st_size, "sha256": digests[p]}
-                        for p in files],
+    """A conversion's manifest: `head` (data set, kind), its input files (`records`: path,
+    size, sha256 and stamp; cfmtrain.shards.sources), the read `options`, the label limits, the
+    shard names and the writer's counts."""
+    return {**head, "sources": [records[p] for p in files],
             **options, "limits": limits_record(limits), "num_shards": num_shards,
             "shards": [SHARD_NAME.format(k) for k in range(num_shards)], **counts}
 
