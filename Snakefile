@@ -12,6 +12,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/rebuild.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/graphs.smk"
 include: "workflow/rules/stats.smk"

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shlex
-import sys
 from pathlib import Path
 
 import yaml
@@ -14,7 +13,6 @@ from snakemake.utils import validate
 
 from cfmtrain.config_check import check_workflow_config
 from cfmtrain.paper import ABLATION, VARIANTS
-from cfmtrain.shards.sources import changed_inputs
 from cfmtrain.train.config import ConfigError, typed_settings
 
 SCHEMA = Path(workflow.basedir, "workflow/schemas/config.schema.yaml")
@@ -136,11 +134,11 @@ def own_e0s_argument(e0s):
 def frames_inputs(wildcards):
     """What the frames step reads, so that a changed, added or removed file redoes it: the
     download of a downloaded set, the files of an own set (and its E0s file), a manual set's.
-    An input whose content changed with its modification time kept also redoes it
-    (`mark_stale`)."""
-    inputs = read_inputs(dataset_config(wildcards), wildcards.dataset)
-    mark_stale(f"results/data/{wildcards.dataset}/frames", inputs)
-    return inputs
+    So do an input whose content changed behind its modification time and frames made with
+    other settings (rebuild.smk)."""
+    cfg = dataset_config(wildcards)
+    check_frames(wildcards.dataset, cfg)
+    return read_inputs(cfg, wildcards.dataset)
 
 
 def read_inputs(cfg, dataset):
@@ -157,37 +155,6 @@ def read_inputs(cfg, dataset):
                           if os.path.isfile(p))
         return [path] if os.path.isfile(path) else []
     return []
-
-
-# sha256 of inputs whose stamp moved without a change of content (cfmtrain.shards.sources)
-DIGESTS = Path(".snakemake/cfmtrain-digests.json")
-_SAID = set()
-
-
-def snakemake_mtime(path):
-    """The modification time Snakemake compares: a folder output's .snakemake_timestamp's."""
-    carrier = os.path.join(path, ".snakemake_timestamp")
-    return os.stat(carrier if os.path.isfile(carrier) else path).st_mtime
-
-
-def mark_stale(frames, inputs):
-    """Snakemake compares modification times: an input edited with its time kept (touch -r,
-    rsync -t, a restored copy) leaves the frames looking current. Their manifest records each
-    input's sha256 and stamp; an input whose content differs (hashed only if its stamp moved)
-    dates the frames before their inputs, so that Snakemake rebuilds them and what derives from
-    them, and the files are named. A dry run marks them too: they are stale either way."""
-    changed = changed_inputs(os.path.join(frames, "manifest.json"), DIGESTS)
-    present = [f for f in inputs if os.path.exists(f)]
-    if not changed or not present:
-        return
-    when = min(map(snakemake_mtime, present)) - 1
-    carrier = os.path.join(frames, ".snakemake_timestamp")
-    os.utime(carrier if os.path.isfile(carrier) else frames, (when, when))
-    if frames not in _SAID:
-        _SAID.add(frames)
-        print(f"{frames}: rebuilt: {', '.join(changed)} changed since the conversion (its "
-              "sha256 differs from the one manifest.json records, though its modification time "
-              "did not move)", file=sys.stderr)
 
 
 def frames_command(wildcards, output, threads):

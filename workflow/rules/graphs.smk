@@ -3,7 +3,7 @@
 
 rule graph_shard:
     input:
-        "results/data/{dataset}/frames",
+        shard_frames,
     output:
         shard="results/graphs/{dataset}/shard_{shard}.h5",
         report="results/graphs/{dataset}/shard_{shard}.json",
@@ -26,7 +26,7 @@ rule graph_shard:
 
 rule split:
     input:
-        graph_shards,
+        split_inputs,
     output:
         "results/graphs/{dataset}/split.npz",
     log:
