@@ -201,9 +201,9 @@ def atoms(num_cells=(2, 2, 2)):
     return structure
 
 
-def batch_dict(structure, dtype=torch.float64):
+def batch_dict(structure, dtype=torch.float64, zs=Z):
     config = data.config_from_atoms(structure)
-    item = data.AtomicData.from_config(config, z_table=tools.AtomicNumberTable(Z), cutoff=4.5)
+    item = data.AtomicData.from_config(config, z_table=tools.AtomicNumberTable(zs), cutoff=4.5)
     batch = next(iter(torch_geometric.dataloader.DataLoader([item], batch_size=1)))
     return {k: v.to(dtype) if v.is_floating_point() else v for k, v in batch.to_dict().items()}
 

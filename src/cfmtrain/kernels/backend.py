@@ -1,11 +1,11 @@
 """Which implementation of the fused kernels runs on a device, warned about once and recorded.
 
-CPU: our compiled ops ('cpu-fused'). CUDA: mace-torch's cuEquivariance symmetric contraction when
-cuequivariance is installed ('cueq'), else mace-torch's own e3nn code ('mace'); the conv stays
-mace-torch's ('cueq' when mace built it with cuEquivariance, else 'mace'); our CUDA kernels come
-later (kernels/cuda/README.md). 'reference', only when asked for, is our fused symmetric
-contraction on the pure-PyTorch evaluator of kernels/reference.py (any device): it checks the
-descriptors independently of the compiled ops and is not meant to be fast.
+CPU: our compiled ops ('cpu-fused'). CUDA: cuEquivariance for both of the paper's kernels, the
+symmetric contraction and the channelwise conv with its gather and scatter, when cuequivariance
+is installed ('cueq', kernels.cueq), else mace-torch's own e3nn code ('mace'). 'reference',
+only when asked for, is our fused symmetric contraction on the pure-PyTorch evaluator of
+kernels/reference.py (any device): it checks the descriptors independently of the compiled ops
+and is not meant to be fast.
 """
 
 from __future__ import annotations
@@ -49,20 +49,17 @@ def cueq_available() -> bool:
 
 
 def choose_backend(device: torch.device | str) -> str:
-    """The symmetric contraction's backend for `device`: "cpu-fused" on CPU, else "cueq" on CUDA
-    with cuequivariance installed, else "mace" (mace-torch's e3nn code); warns once per
-    (device type, backend) when it is not our compiled kernels."""
+    """The kernels' backend for `device`: "cpu-fused" on CPU, "cueq" on CUDA with cuequivariance
+    installed, else "mace" (mace-torch's e3nn code, warned once per device type)."""
     device = torch.device(device)
     if device.type == "cpu":
         return CPU_FUSED
     if device.type == "cuda" and cueq_available():
-        backend = CUEQ
-        reason = "cfmtrain has no CUDA kernels yet: using mace-torch's cuEquivariance path"
-    else:
-        backend = MACE
-        reason = (f"no fused kernels for {device.type}"
-                  + (" and cuequivariance is not installed" if device.type == "cuda" else "")
-                  + ": using mace-torch's own (e3nn) path")
+        return CUEQ  # both kernels through cuEquivariance: nothing to warn about
+    backend = MACE
+    reason = (f"no fused kernels for {device.type}"
+              + (" and cuequivariance is not installed" if device.type == "cuda" else "")
+              + ": using mace-torch's own (e3nn) path")
     if (device.type, backend) not in _warned:
         _warned.add((device.type, backend))
         warnings.warn(reason, stacklevel=2)
@@ -79,14 +76,14 @@ def mace_conv_backend(model: torch.nn.Module) -> str:
 
 
 def choose_conv_backend(device: torch.device | str, model: torch.nn.Module) -> str:
-    """The conv backend for `model` on `device`; warns once per (device type, backend) if not
-    our own: cfmtrain's fused conv on CPU, elsewhere mace-torch's conv as the model has it."""
+    """The conv backend for `model` on a device without fused kernels (or with `conv=False`);
+    warns once per (device type, backend): mace-torch's conv as the model has it."""
     device = torch.device(device)
     if device.type == "cpu":
         return CPU_FUSED
     backend = mace_conv_backend(model)
     if backend == CUEQ:
-        reason = "cfmtrain has no CUDA conv yet: using the model's cuEquivariance conv"
+        reason = "using the model's own cuEquivariance conv (mace-torch built it so)"
     else:
         reason = f"no fused conv for {device.type}: using mace-torch's own (e3nn) conv"
     if (device.type, "conv", backend) not in _warned:

@@ -1,7 +1,10 @@
-"""mace-torch's cuEquivariance symmetric contraction on a mace model's own parameters.
+"""The paper's two kernels through cuEquivariance, on a mace model's own parameters: the
+symmetric contraction and the channelwise convolution tensor product with its gather from
+senders and scatter-sum to receivers.
 
-The backend for CUDA devices until cfmtrain has CUDA kernels: like mace's e3nn->cueq converter,
-but the weights stay mace's Parameters (state_dict unchanged) and are mapped on every call.
+The backend for CUDA devices (cuEquivariance's CUDA kernels; its PyTorch fallback elsewhere):
+like mace's e3nn->cueq converter, but the weights stay mace's Parameters (state_dict unchanged),
+mapped on every call, so an unfused model is an ordinary mace-torch model.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import torch
 from e3nn import o3
 
+from cfmtrain.kernels.adopt import Adopting
 from cfmtrain.kernels.backend import CUEQ
 from cfmtrain.kernels.symmetric_contraction import element_index, u_matrix_float64
 
@@ -103,3 +107,91 @@ def _cueq_contraction(original: torch.nn.Module, method: str,
     module = SymmetricContractionCueq(original, method=method)
     module.training = training
     return module
+
+
+def cueq_method(device: torch.device) -> str:
+    """cuEquivariance's method for `device`: its CUDA kernels ("uniform_1d") on CUDA, else its
+    PyTorch fallback ("naive")."""
+    return "uniform_1d" if device.type == "cuda" else "naive"
+
+
+CONV_FUSION_TAG = "cfmtrain-cueq"  # a block's `conv_fusion`: its conv_tp takes edge_index
+
+
+class ChannelwiseConvCueq(Adopting):
+    """Drop-in `conv_tp` for a block with `conv_fusion`: (x, Y, W, edge_index) -> node messages,
+    by cuet.ChannelWiseTensorProduct gathering x from the senders and summing the messages
+    into the receivers in one call. It adopts the e3nn TensorProduct's parameters, buffers and
+    submodules under their names (state_dict unchanged); `restore()` gives it back."""
+
+    backend = CUEQ
+
+    def __init__(self, tp: torch.nn.Module) -> None:
+        super().__init__(tp)
+        self.irreps_in1, self.irreps_in2 = tp.irreps_in1, tp.irreps_in2
+        self.irreps_out, self.weight_numel = tp.irreps_out, tp.weight_numel
+        # ((device, dtype), cuet module) built for the inputs' (not a submodule: its own
+        # buffers must not enter the state_dict)
+        self.__dict__["_cueq"] = None
+
+    def _module(self, like: torch.Tensor) -> torch.nn.Module:
+        """The cuet module for `like`'s device and dtype, built on first use of each."""
+        import cuequivariance as cue
+        import cuequivariance_torch as cuet
+        from mace.tools.cg import O3_e3nn
+
+        key = (like.device, like.dtype)
+        if self._cueq is None or self._cueq[0] != key:
+            module = cuet.ChannelWiseTensorProduct(
+                cue.Irreps(O3_e3nn, str(self.irreps_in1)),
+                cue.Irreps(O3_e3nn, str(self.irreps_in2)),
+                cue.Irreps(O3_e3nn, str(self.irreps_out)), layout=cue.mul_ir,
+                shared_weights=False, internal_weights=False, device=like.device,
+                dtype=like.dtype, math_dtype=like.dtype, method=cueq_method(like.device))
+            if str(module.irreps_out) != str(self.irreps_out) or \
+                    module.weight_numel != self.weight_numel:
+                raise TypeError(f"cuEquivariance's channelwise product of {self.irreps_in1} and "
+                                f"{self.irreps_in2} gives {module.irreps_out} with "
+                                f"{module.weight_numel} weights; the block's e3nn product gives "
+                                f"{self.irreps_out} with {self.weight_numel}")
+            self.__dict__["_cueq"] = (key, module)
+        return self._cueq[1]
+
+    def forward(self, node_feats: torch.Tensor, edge_attrs: torch.Tensor,
+                tp_weights: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self._module(node_feats)(node_feats, edge_attrs, tp_weights,
+                                        indices_1=edge_index[0], indices_out=edge_index[1],
+                                        size_out=node_feats.shape[0])
+
+
+def _interaction_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    from mace.modules.blocks import InteractionBlock
+
+    return [m for m in model.modules() if isinstance(m, InteractionBlock) and hasattr(m, "conv_tp")]
+
+
+def fuse_cueq_convs(model: torch.nn.Module) -> int:
+    """Put ChannelwiseConvCueq in every interaction block whose conv is mace-torch's e3nn
+    product (blocks mace built with cuEquivariance keep theirs); returns how many blocks now run
+    their conv through cuEquivariance."""
+    count = 0
+    for block in _interaction_blocks(model):
+        conv = block.conv_tp
+        if isinstance(conv, o3.TensorProduct) and not hasattr(block, "conv_fusion"):
+            block.conv_tp, block.conv_fusion = ChannelwiseConvCueq(conv), CONV_FUSION_TAG
+        elif not (isinstance(conv, ChannelwiseConvCueq)
+                  or type(conv).__module__.startswith("cuequivariance_torch")):
+            raise TypeError(f"fuse_cueq_convs: {type(block).__name__}.conv_tp is "
+                            f"{type(conv).__name__}: unfuse it first")
+        count += 1
+    return count
+
+
+def unfuse_cueq_convs(model: torch.nn.Module) -> torch.nn.Module:
+    """Put the e3nn TensorProducts back (the inverse of `fuse_cueq_convs`), in place."""
+    for block in _interaction_blocks(model):
+        if isinstance(block.conv_tp, ChannelwiseConvCueq):
+            block.conv_tp = block.conv_tp.restore()
+            if getattr(block, "conv_fusion", None) == CONV_FUSION_TAG:
+                del block.conv_fusion
+    return model

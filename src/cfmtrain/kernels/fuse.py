@@ -11,6 +11,7 @@ import torch
 from cfmtrain.kernels.backend import (
     BACKENDS,
     CPU_FUSED,
+    CUEQ,
     MACE,
     REFERENCE,
     choose_backend,
@@ -19,7 +20,12 @@ from cfmtrain.kernels.backend import (
     model_device,
 )
 from cfmtrain.kernels.conv import factor_radial_weights, fuse_convs, unfuse_convs
-from cfmtrain.kernels.cueq import SymmetricContractionCueq
+from cfmtrain.kernels.cueq import (
+    SymmetricContractionCueq,
+    cueq_method,
+    fuse_cueq_convs,
+    unfuse_cueq_convs,
+)
 from cfmtrain.kernels.linear import fuse_linears, hand_messages_over, unfuse_linears
 from cfmtrain.kernels.radial import fold_radial_mlps, unfold_radial_mlps
 from cfmtrain.kernels.reshape import fuse_reshapes, unfuse_reshapes
@@ -60,8 +66,7 @@ def fuse_symmetric_contractions(model: torch.nn.Module, backend: str = CPU_FUSED
         if backend in (CPU_FUSED, REFERENCE):
             product.symmetric_contractions = SymmetricContractionFused(sc, backend)
         else:
-            on_cuda = sc.contractions[0].weights_max.is_cuda
-            method = "uniform_1d" if on_cuda else "naive"
+            method = cueq_method(sc.contractions[0].weights_max.device)
             product.symmetric_contractions = SymmetricContractionCueq(sc, method=method)
         swapped += 1
     return swapped
@@ -79,8 +84,10 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
     the MLP's last layer formed inside the conv's kernels, the message's reshape a single
     permutation, kernels.reshape, the message's linear without slice gradients, taking the
     conv's layout, kernels.linear, and the element self-connection one matmul per element,
-    kernels.skip) is fused with "cpu-fused" unless `conv=False`; otherwise it is mace-torch's
-    own ("cueq" if the model was built with cuEquivariance, else "mace").
+    kernels.skip) is fused with "cpu-fused"; with "cueq" the conv's channelwise product with its
+    gather and scatter runs through cuEquivariance (kernels.cueq). With `conv=False`, or another
+    backend, the conv is mace-torch's own ("cueq" if the model was built with cuEquivariance,
+    else "mace").
     """
     chosen = backend is None
     device = model_device(model)
@@ -92,6 +99,7 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
     else:
         fuse_symmetric_contractions(model, backend)
     if backend == CPU_FUSED and conv:  # the conv with its weight path (the radial MLP)
+        unfuse_cueq_convs(model)
         fuse_convs(model)
         fold_radial_mlps(model)
         factor_radial_weights(model)
@@ -100,12 +108,12 @@ def fuse_model(model: torch.nn.Module, conv: bool = True,
         hand_messages_over(model)
         fuse_skips(model)
         conv_backend = CPU_FUSED
+    elif backend == CUEQ and conv:
+        _unfuse_convs(model)
+        fuse_cueq_convs(model)
+        conv_backend = CUEQ
     else:
-        unfuse_convs(model)
-        unfold_radial_mlps(model)
-        unfuse_reshapes(model)
-        unfuse_linears(model)
-        unfuse_skips(model)
+        _unfuse_convs(model)
         conv_backend = mace_conv_backend(model)
         if chosen and backend != CPU_FUSED:  # a device without our kernels: warn once
             conv_backend = choose_conv_backend(device, model)
@@ -119,11 +127,17 @@ def unfuse_model(model: torch.nn.Module) -> torch.nn.Module:
         sc = product.symmetric_contractions
         if _is_swapped(sc):
             product.symmetric_contractions = sc.original
+    _unfuse_convs(model)
+    if hasattr(model, "cfmtrain_kernel_backend"):
+        del model.cfmtrain_kernel_backend
+    return model
+
+
+def _unfuse_convs(model: torch.nn.Module) -> None:
+    """mace-torch's own conv path back in every block, whichever backend fused it."""
     unfuse_convs(model)
+    unfuse_cueq_convs(model)
     unfold_radial_mlps(model)
     unfuse_reshapes(model)
     unfuse_linears(model)
     unfuse_skips(model)
-    if hasattr(model, "cfmtrain_kernel_backend"):
-        del model.cfmtrain_kernel_backend
-    return model
