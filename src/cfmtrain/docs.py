@@ -26,6 +26,7 @@ import pandas as pd
 import yaml
 
 from cfmtrain import children
+from cfmtrain.paper import BASELINE, BOTH, PAPER_GRAPHS, PAPER_RANKS, SPEEDUP
 from cfmtrain.train.config import RANGES, BatchConfig, ModelConfig, OptimConfig, TrainConfig
 
 REFERENCE = Path("docs/results")
@@ -53,7 +54,7 @@ def _x(value: float) -> str:
 
 
 def _ablation(f: pd.DataFrame) -> str:
-    both = f[f.variant == "both"]
+    both = f[f.variant == BOTH.name]
     return "; ".join(f"{r.dataset} at {r.ranks} rank(s) {_x(r.speedup)} ({r.speedup_p10:.2f}-"
                      f"{r.speedup_p90:.2f} over {r.rounds:.0f} paired rounds)"
                      for r in both.itertuples()) + " (`both` over `baseline`, epoch time)"
@@ -80,7 +81,7 @@ def _md(f: pd.DataFrame) -> str:
 
 
 def _accuracy(f: pd.DataFrame) -> str:
-    r = f.set_index("run").loc["both"]
+    r = f.set_index("run").loc[BOTH.name]
     return (f"`both` {_x(r.speedup)} sooner to `mace_run_train`'s final force MAE; MAEs at "
             f"equal epochs {r.mae_e_ratio:.2f}x (energy), {r.mae_f_ratio:.2f}x (forces); its "
             f"epochs {_paired(r)}")
@@ -103,16 +104,17 @@ def _balance(f: pd.DataFrame) -> str:
 
 
 def _simulate(f: pd.DataFrame) -> str:
-    """`both` over `baseline` at 740 ranks, the band from both ends (as simulated Figure 8)."""
-    at = f[(f.ranks == 740) & (f.case == "CPU (measured)")].set_index("variant")
-    base, both = at.loc["baseline"], at.loc["both"]
+    """`both` over `baseline` at the paper's 740 ranks, the band from both ends (as simulated
+    Figure 8)."""
+    at = f[(f.ranks == PAPER_RANKS) & (f.case == "CPU (measured)")].set_index("variant")
+    base, both = at.loc[BASELINE.name], at.loc[BOTH.name]
     if not (base.supported and both.supported):
-        why = "; ".join(f"{v}: {at.loc[v].unsupported_reason}" for v in ("baseline", "both")
-                        if not at.loc[v].supported)
+        why = "; ".join(f"{v}: {at.loc[v].unsupported_reason}"
+                        for v in (BASELINE.name, BOTH.name) if not at.loc[v].supported)
         return f"unsupported, fit too weak ({why}): the simulator gives no number"
     return (f"{_x(base.epoch_s / both.epoch_s)} (band {base.epoch_s_low / both.epoch_s_high:.1f}"
             f"-{base.epoch_s_high / both.epoch_s_low:.1f}) `both` over `baseline`, Table 3 "
-            f"mixture, 2.65M graphs (the paper: 6x)")
+            f"mixture, {PAPER_GRAPHS / 1e6:g}M graphs (the paper: {SPEEDUP:g}x)")
 
 
 def _scale(f: pd.DataFrame) -> str:
@@ -165,11 +167,12 @@ RESULTS = (
            "cfmtrain bench scale --graphs 10000 100000 1000000 --steps 50", _scale,
            ("graphs", "stage", "seconds", "peak_rss_gb", "pss_gb_all_ranks", "disk_gb",
             "data_wait_share", "epoch_share", "ratio_median", "rounds")),
-    Result("Simulator at 740 ranks", "simulate_strong.csv",
+    Result(f"Simulator at {PAPER_RANKS} ranks", "simulate_strong.csv",
            "results/simulate/mini_s/table3/strong.csv",
            "snakemake --profile profiles/local simulate", _simulate,
            ("ranks", "variant", "case", "epoch_s", "epoch_s_low", "epoch_s_high", "balance",
-            "supported"), "ranks in (16, 64, 740) and case == 'CPU (measured)' and supported"),
+            "supported"),
+           f"ranks in (16, 64, {PAPER_RANKS}) and case == 'CPU (measured)' and supported"),
 )
 HOST = Result("Host check", "host.csv", "results/bench/host.csv",
               "cfmtrain bench host --probes 20", lambda f: host_check(f),

@@ -17,9 +17,6 @@ import math
 #    few microseconds: 5 us per message in all.
 SLINGSHOT_ALPHA_S = 5e-6
 SLINGSHOT_BETA_BYTES_PER_S = 25e9
-# Gradient size: MACE-MP-0 "medium" (128x0e+128x1o, lmax 3, correlation 3, 2 layers, the paper's
-# model shape) has 4.69M parameters (its model card); float32 gradients.
-MACE_PAPER_PARAMETERS = 4_690_000
 FLOAT32_BYTES = 4
 
 

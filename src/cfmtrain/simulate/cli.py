@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cfmtrain import paper
 from cfmtrain.atomic import atomic_path
-from cfmtrain.paper import CAPACITY, CUTOFF, PAPER_GRAPHS
-from cfmtrain.simulate import allreduce, paper, strategies
+from cfmtrain.paper import CAPACITY, CUTOFF, PAPER_GRAPHS, PAPER_PARAMETERS, PAPER_RANKS
+from cfmtrain.simulate import allreduce, strategies, versus_paper
 from cfmtrain.simulate import sizes as sizes_mod
 from cfmtrain.simulate.costmodel import BAND_LEVEL, CostModel, fit_cost_model
 from cfmtrain.simulate.runs import Run, load_runs
@@ -21,15 +22,16 @@ from cfmtrain.simulate.simulator import scaling_table
 from cfmtrain.simulate.validate import cross_validate, variant_models
 from cfmtrain.train.config import TrainConfig, load_config
 
-DEFAULT_RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 740, 1024)
+DEFAULT_RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, PAPER_RANKS, 1024)
 # gloo all-reduce between 2 processes over loopback on this project's 2-core host (measured with
 # torchrun and 10 all-reduces per size, machine under load): ~6 ms at 4 B, ~7 ms at 4 MB,
 # ~107 ms at 40 MB. Used only to predict measured multi-rank runs.
 LOCAL_ALPHA_S = 3e-3
 LOCAL_BETA_BYTES_PER_S = 4e8
-FIXED = ("baseline", "kernel", "matched")  # variants batched by a fixed graph count
 # The paper's Figure 11 (A100, float32): time per step flat up to about 800 atoms.
 A100_SATURATION_ATOMS = 800
+# the cost model of the strategies: fused kernels first, else the baseline's
+COST_PREFERENCE = (paper.BOTH, paper.KERNEL, paper.BASELINE, paper.BALANCER)
 CASES = {"cpu": "CPU (measured)", "accelerator": "accelerator (assumed)"}  # the `case` column
 
 
@@ -46,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="table3: the paper's mixture drawn at --total-graphs; dataset: the store's graphs")
     a("--total-graphs", type=int, default=PAPER_GRAPHS)
     a("--ranks", type=int, nargs="+", default=list(DEFAULT_RANKS))
-    a("--weak", nargs="*", default=["600000:16", "1200000:32", f"{PAPER_GRAPHS}:64"],
+    a("--weak", nargs="*", default=[f"{g}:{r}" for g, r in paper.WEAK_SCALING],
       help="GRAPHS:RANKS pairs (GRAPHS <= 1 is a fraction of the distribution)")
     a("--graphs-per-batch", type=int, default=8, help="fixed-count variants, per rank")
     a("--capacity", type=int, default=CAPACITY, help="Algorithm 1 bin capacity (atoms)")
@@ -55,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--algorithm", choices=sorted(allreduce.ALGORITHMS), default="ring")
     a("--alpha", type=float, default=allreduce.SLINGSHOT_ALPHA_S, help="latency per message (s)")
     a("--beta", type=float, default=allreduce.SLINGSHOT_BETA_BYTES_PER_S, help="bytes/s")
-    a("--parameters", type=float, default=allreduce.MACE_PAPER_PARAMETERS,
+    a("--parameters", type=float, default=PAPER_PARAMETERS,
       help="model parameters all-reduced per step at the simulated scale (float32)")
     a("--saturation-atoms", type=float, default=A100_SATURATION_ATOMS,
       help="accelerator case: batches below this many atoms cost as much as this many")
@@ -107,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
         if case == "cpu":
             _write_csv(out / "strategies.csv", _judged(scaling_table(
                 full, strategy_plans(cased, args), args.ranks, network, grad), verdicts, label))
-        sections.append(paper.section(f"{label[0].upper()}{label[1:]}", strong))
-    text = paper.markdown(sections, assumptions(args, full, models, verdicts, validation))
+        sections.append(versus_paper.section(f"{label[0].upper()}{label[1:]}", strong))
+    text = versus_paper.markdown(sections, assumptions(args, full, models, verdicts, validation))
     with atomic_path(out / "paper.md") as tmp:
         tmp.write_text(text)
     print(text)
@@ -190,31 +192,36 @@ def variant_plans(models: dict[str, CostModel], args: argparse.Namespace,
     fixed = strategies.fixed_count(args.graphs_per_batch, args.seed)
     balanced = strategies.packed("algorithm1", args.capacity, args.seed)
     plans = {}
-    for variant, model in models.items():
-        if variant == "matched":
+    for name, model in models.items():
+        v = paper.variant(name)
+        if v.matched:
             per_bin = len(full.atoms) / balanced(full, 1).steps
-            plans[variant] = (strategies.fixed_count(max(1, round(per_bin)), args.seed), model)
+            plans[name] = (strategies.fixed_count(max(1, round(per_bin)), args.seed), model)
         else:
-            plans[variant] = (fixed if variant in FIXED else balanced, model)
+            plans[name] = (balanced if v.balanced else fixed, model)
     return plans
 
 
 def strategy_plans(models: dict[str, CostModel], args: argparse.Namespace) -> dict:
     """Every strategy under the fused-kernel cost model (else the baseline's)."""
-    variant = next((v for v in ("both", "kernel", "baseline", "balancer") if v in models),
-                   next(iter(models)))
-    plans = {f"fixed_count ({variant} cost)":
-             (strategies.fixed_count(args.graphs_per_batch, args.seed), models[variant])}
+    cost = next((v.name for v in COST_PREFERENCE if v.name in models), next(iter(models)))
+    plans = {f"fixed_count ({cost} cost)":
+             (strategies.fixed_count(args.graphs_per_batch, args.seed), models[cost])}
     for name in args.strategies:
-        plans[f"{name} ({variant} cost)"] = (strategies.packed(name, args.capacity, args.seed),
-                                             models[variant])
+        plans[f"{name} ({cost} cost)"] = (strategies.packed(name, args.capacity, args.seed),
+                                          models[cost])
     return plans
 
 
 def _strategy_names(args: argparse.Namespace) -> dict[str, str]:
-    return {"baseline": f"fixed_count {args.graphs_per_batch}", "kernel":
-            f"fixed_count {args.graphs_per_batch}", "matched": "fixed_count matched",
-            "balancer": f"algorithm1 {args.capacity}", "both": f"algorithm1 {args.capacity}"}
+    """Each variant's batching, as the strategy column names it."""
+    def name(v: paper.Variant) -> str:
+        if v.matched:
+            return "fixed_count matched"
+        if v.balanced:
+            return f"algorithm1 {args.capacity}"
+        return f"fixed_count {args.graphs_per_batch}"
+    return {v.name: name(v) for v in paper.ALL_VARIANTS}
 
 
 def _weak(full: sizes_mod.Sizes, plans: dict, args: argparse.Namespace,

@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-# The paper's reported numbers (never used to fit anything here).
-PAPER = {
-    "baseline_740_min": 12.0, "both_740_min": 2.0, "speedup_740": 6.0,
-    "baseline_64_min": 100.0, "both_64_min": 18.0, "both_16_min": 80.0,
-    "strong_efficiency_16_740": 0.865,
-}
-HEADLINE = ("baseline", "both")  # the variants of the paper's headline numbers
+from cfmtrain.paper import BASELINE, BOTH, EPOCH_MINUTES, PAPER_RANKS, SPEEDUP, STRONG_EFFICIENCY
+
+HEADLINE = (BASELINE.name, BOTH.name)  # the variants of the paper's headline numbers
 
 
 def _time(table: pd.DataFrame, variant: str, ranks: int) -> tuple[float, float, float]:
@@ -27,9 +23,10 @@ def _time(table: pd.DataFrame, variant: str, ranks: int) -> tuple[float, float, 
 def comparison(strong: pd.DataFrame) -> pd.DataFrame:
     """Rows of (quantity, paper, simulated, low, high) from the simulator's strong-scaling table;
     a ratio's band pairs the ends of its two bands (low numerator over high denominator)."""
-    b740, f740 = _time(strong, "baseline", 740), _time(strong, "both", 740)
-    b64, f64 = _time(strong, "baseline", 64), _time(strong, "both", 64)
-    f16 = _time(strong, "both", 16)
+    base, both, top = BASELINE.name, BOTH.name, PAPER_RANKS
+    b740, f740 = _time(strong, base, top), _time(strong, both, top)
+    b64, f64 = _time(strong, base, 64), _time(strong, both, 64)
+    f16 = _time(strong, both, 16)
 
     def minutes(t):
         return tuple(v / 60 for v in t)
@@ -37,17 +34,17 @@ def comparison(strong: pd.DataFrame) -> pd.DataFrame:
     def ratio(num, den, k=1.0):
         return num[0] / den[0] * k, num[1] / den[2] * k, num[2] / den[1] * k
 
+    paper = EPOCH_MINUTES
     rows = [
-        ("baseline min/epoch, 740 ranks", PAPER["baseline_740_min"], *minutes(b740)),
-        ("balancer+kernels min/epoch, 740 ranks", PAPER["both_740_min"], *minutes(f740)),
-        ("speedup at 740 ranks (x)", PAPER["speedup_740"], *ratio(b740, f740)),
-        ("baseline min/epoch, 64 ranks", PAPER["baseline_64_min"], *minutes(b64)),
-        ("balancer+kernels min/epoch, 64 ranks", PAPER["both_64_min"], *minutes(f64)),
-        ("speedup at 64 ranks (x)", PAPER["baseline_64_min"] / PAPER["both_64_min"],
-         *ratio(b64, f64)),
-        ("balancer+kernels min/epoch, 16 ranks", PAPER["both_16_min"], *minutes(f16)),
-        ("strong-scaling efficiency 16 -> 740, balancer+kernels",
-         PAPER["strong_efficiency_16_740"], *ratio(f16, f740, 16 / 740)),
+        (f"baseline min/epoch, {top} ranks", paper[base, top], *minutes(b740)),
+        (f"balancer+kernels min/epoch, {top} ranks", paper[both, top], *minutes(f740)),
+        (f"speedup at {top} ranks (x)", SPEEDUP, *ratio(b740, f740)),
+        ("baseline min/epoch, 64 ranks", paper[base, 64], *minutes(b64)),
+        ("balancer+kernels min/epoch, 64 ranks", paper[both, 64], *minutes(f64)),
+        ("speedup at 64 ranks (x)", paper[base, 64] / paper[both, 64], *ratio(b64, f64)),
+        ("balancer+kernels min/epoch, 16 ranks", paper[both, 16], *minutes(f16)),
+        (f"strong-scaling efficiency 16 -> {top}, balancer+kernels", STRONG_EFFICIENCY,
+         *ratio(f16, f740, 16 / top)),
     ]
     return pd.DataFrame(rows, columns=["quantity", "paper", "simulated", "low", "high"])
 
