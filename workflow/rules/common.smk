@@ -12,7 +12,7 @@ import yaml
 from snakemake.utils import validate
 
 from cfmtrain.config_check import check_workflow_config
-from cfmtrain.paper import ABLATION, VARIANTS
+from cfmtrain.paper import ABLATION, BASELINE, BOTH, VARIANTS
 from cfmtrain.train.config import ConfigError, typed_settings
 
 SCHEMA = Path(workflow.basedir, "workflow/schemas/config.schema.yaml")

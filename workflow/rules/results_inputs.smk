@@ -87,7 +87,7 @@ def scaling_cells(wildcards):
 def pair_cells(wildcards):
     """Figures 9 and 13: the fixed-count baseline and balancer+kernels at `figures.pair_ranks`."""
     f = config["figures"]
-    return [cell_summary(f["dataset"], v, f["pair_ranks"]) for v in ("baseline", "both")]
+    return [cell_summary(f["dataset"], v, f["pair_ranks"]) for v in (BASELINE.name, BOTH.name)]
 
 
 def sweep_table(kind):

@@ -43,11 +43,12 @@ from cfmtrain.bench.table import report
 from cfmtrain.dist.distenv import available_cpus
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.measure.paired import Ratio, Rounds
+from cfmtrain.paper import BASELINE, BOTH
 from cfmtrain.train.build import load_parts, training_stats
 from cfmtrain.train.config import load_config, to_dict
 from cfmtrain.train.summary import write_json
 
-RUNS = ("baseline", "both", MACE)
+RUNS = (BASELINE.name, BOTH.name, MACE)
 # Model sizes and epochs; every other training setting is the config's default. goals is the
 # the goals model: on mini with 2 ranks on 2 cores an epoch takes ~170 s (baseline), ~33 s (both)
 # and ~135 s (mace_run_train), so 2 epochs (~15 minutes in all); --epochs 20 takes ~2 hours.
@@ -193,7 +194,7 @@ def goal_lines(summary: pd.DataFrame, rounds: pd.DataFrame) -> list[str]:
     lines += [f"{run}: epoch time in paired rounds: {row.ratio_median:.2f}x mace_run_train's "
               f"({row.ratio_p10:.2f}-{row.ratio_p90:.2f}, 10-90% of {int(row.rounds)} rounds)"
               for run, row in rows.drop(index=MACE).iterrows()]
-    both, base = rows.loc["both"], rows.loc["baseline"]
+    both, base = rows.loc[BOTH.name], rows.loc[BASELINE.name]
     lines.append(f"both against baseline after {int(both.equal_epochs)} epochs: MAE E "
                  f"{both.mae_e_meV_per_atom / base.mae_e_meV_per_atom:.3f}x, F "
                  f"{both.mae_f_meV_per_A / base.mae_f_meV_per_A:.3f}x"
@@ -203,7 +204,7 @@ def goal_lines(summary: pd.DataFrame, rounds: pd.DataFrame) -> list[str]:
         lines.append(f"noise floor: mace_run_train's own MAEs after {int(ref.equal_epochs)} epochs "
                      f"vary over the seeds by {ref.mae_e_spread:.0%} (E) and "
                      f"{ref.mae_f_spread:.0%} (F) of their median")
-    both = rows.loc["both"]
+    both = rows.loc[BOTH.name]
     met = bool(both.reached == both.seeds and both.speedup >= SPEEDUP_GOAL)
     lines.append(f"goal: both reaches mace_run_train's final force MAE >= {SPEEDUP_GOAL:g}x "
                  f"sooner{' (median over the seeds)' if several else ''}: "
@@ -347,7 +348,7 @@ def run_seed(args: argparse.Namespace, seed: int, store, graphs: list[Path], wor
     summary = summarize(curve, {r: results[r].info for r in RUNS})
     facts = {"seed": seed, "work": str(work), "rank_threads": bench.rank_threads,
              "threads": bench.threads, "mace_batch_size": bench.ranks * cfg.batch.graphs_per_batch,
-             "capacity": results["both"].info["capacity"],
+             "capacity": results[BOTH.name].info["capacity"],
              "graphs_per_part": {k: len(v) for k, v in parts.items()},
              "e0s_eV": {str(z): e for z, e in e0s.items()}, "e0s_max_abs_diff_eV": e0_diff,
              "config": to_dict(cfg)}

@@ -9,10 +9,11 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.ticker import ScalarFormatter
 
+from cfmtrain.paper import BASELINE, BOTH
 from cfmtrain.plots.common import color, plt, save
 
-LABELS = {"baseline": "cfmtrain baseline (fixed count)",
-          "both": "cfmtrain both (balancer + fused kernels)",
+LABELS = {BASELINE.name: "cfmtrain baseline (fixed count)",
+          BOTH.name: "cfmtrain both (balancer + fused kernels)",
           "mace_run_train": "mace-torch mace_run_train"}
 COLORS = {"mace_run_train": "tab:red"}
 

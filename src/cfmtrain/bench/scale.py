@@ -47,6 +47,7 @@ from cfmtrain.bench.scale_figure import STAGES, plot_scale
 from cfmtrain.bench.table import report
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.measure.paired import Ratio, run_rounds
+from cfmtrain.paper import BOTH
 
 COLUMNS = ("graphs", "stage", "seconds", "peak_rss_gb", "pss_gb_all_ranks", "disk_gb",
            "data_wait_share", "epoch_share", "ratio_median", "ratio_p10", "ratio_p90", "rounds")
@@ -225,7 +226,7 @@ def measure(count: int, work: Path, steps: int, ranks: int, workers: int,
                             "--valid", 0.01, "--test", 0.01, "--seed", 0), logs / "split.log")
     rows.append({"stage": "split", **split})
     timed(_cfmtrain("launch", "--ranks", ranks, "--threads", 1, "train", "--graphs", graphs,
-                    "--split", graphs / "split.npz", "--output", run, "--variant", "both",
+                    "--split", graphs / "split.npz", "--output", run, "--variant", BOTH.name,
                     "--dataset", "scale", *train_overrides(steps)), logs / "train.log")
     return table_rows(count, rows + training_rows(run))
 

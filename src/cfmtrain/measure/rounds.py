@@ -35,7 +35,7 @@ import numpy as np
 from cfmtrain.atomic import atomic_path
 from cfmtrain.dist import distenv
 from cfmtrain.measure.paired import Ratio, Rounds, run_interleaved
-from cfmtrain.paper import ABLATION, VARIANTS
+from cfmtrain.paper import ABLATION, BASELINE, BOTH, VARIANTS
 from cfmtrain.train import cli as train_cli
 from cfmtrain.train.build import build_run
 from cfmtrain.train.checkpoint import CHECKPOINT, PREVIOUS
@@ -45,7 +45,7 @@ from cfmtrain.train.model import check_model_config
 from cfmtrain.train.runner import Progress, Turns, begin, end, next_epoch_turns
 from cfmtrain.train.summary import FIRST_TIMED_EPOCH, write_json
 
-REFERENCE, BEST = "baseline", "both"
+REFERENCE, BEST = BASELINE.name, BOTH.name
 PLAN = 0  # every epoch of a group replays its sampler's first epoch: each round, the same work
 PAIRED_COLUMNS = ("dataset", "ranks", "variant", "reference", "epoch_time_s", "ratio_median",
                   "ratio_p10", "ratio_p90", "rounds", "spread", "seed")

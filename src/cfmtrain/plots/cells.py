@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cfmtrain.paper import BASELINE
 from cfmtrain.plots.common import ordered
 from cfmtrain.plots.ratios import baseline_over, strong_efficiency, weak_efficiency
 from cfmtrain.simulate.runs import Run, load_runs
@@ -87,7 +88,7 @@ def read_paired(paths: list[str | Path]) -> pd.DataFrame:
 def with_paired(table: pd.DataFrame, paired: pd.DataFrame) -> pd.DataFrame:
     """`table` (with a ratio-of-medians `speedup`) given each variant's paired speed-up over
     the baseline where its group has one: speedup, speedup_p10, speedup_p90 and rounds."""
-    over = paired[paired.reference == "baseline"][
+    over = paired[paired.reference == BASELINE.name][
         ["dataset", "ranks", "variant", "ratio_median", "ratio_p10", "ratio_p90", "rounds"]]
     over = over.astype({"ranks": int, "ratio_median": float, "ratio_p10": float,
                         "ratio_p90": float, "rounds": float})

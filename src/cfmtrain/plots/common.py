@@ -10,17 +10,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from cfmtrain.atomic import atomic_path  # noqa: E402
+from cfmtrain.paper import ALL_VARIANTS, BALANCER, BASELINE, BOTH, KERNEL, MATCHED  # noqa: E402
 
-VARIANT_ORDER = ("baseline", "matched", "balancer", "kernel", "both")
-VARIANT_LABELS = {
-    "baseline": "MACE (fixed count)",
-    "matched": "MACE (fixed count, matched atoms)",
-    "balancer": "MACE + load balancer",
-    "kernel": "MACE + fused kernels",
-    "both": "MACE + balancer + kernels",
-}
-VARIANT_COLORS = {"baseline": "tab:gray", "matched": "tab:brown", "balancer": "tab:blue",
-                  "kernel": "tab:orange", "both": "tab:green"}
+VARIANT_ORDER = tuple(v.name for v in (BASELINE, MATCHED, BALANCER, KERNEL, BOTH))
+VARIANT_LABELS = {v.name: v.label for v in ALL_VARIANTS}
+VARIANT_COLORS = {v.name: v.colour for v in ALL_VARIANTS}
 SIMULATED_NOTE = "SIMULATED (cost model fitted on this machine's runs; not measured)"
 CONTENDED_NOTE = "contended cell (summary.json): re-measure with --forcerun"
 

@@ -23,10 +23,10 @@ from pathlib import Path
 import pandas as pd
 
 from cfmtrain.atomic import atomic_path
-from cfmtrain.paper import ABLATION
+from cfmtrain.paper import ABLATION, BALANCER, BASELINE, BOTH, KERNEL
 from cfmtrain.plots.cells import read_paired
 
-REFERENCE, BEST = "baseline", "both"
+REFERENCE, BEST = BASELINE.name, BOTH.name
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,7 +93,7 @@ def check_run(table: pd.DataFrame, max_spread: float, ranks: int, speedup_datase
                 p10 = float(_row(table, dataset, ranks, BEST, other).ratio_p10)
                 checks.append(_check("both first", f"{dataset} r{ranks} both/{other} p10",
                                      p10, "> 1", p10 > 1))
-        for variant in ("kernel", "balancer"):
+        for variant in (KERNEL.name, BALANCER.name):
             median = float(_row(table, dataset, ranks, variant, REFERENCE).ratio_median)
             checks.append(_check("not slower", f"{dataset} r{ranks} {variant}/baseline",
                                  median, ">= 1", median >= 1))

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-BASELINE = "baseline"
+from cfmtrain.paper import BASELINE
 
 
 def baseline_over(frame: pd.DataFrame, base_column: str, own_column: str,
                   keys: tuple[str, ...] = ("dataset", "ranks"), figure: str = "") -> pd.Series:
     """The baseline's `base_column` over each row's `own_column`, the baseline being the row of
     variant `baseline` with the same `keys`; a group without one is an error naming it."""
-    base = frame[frame.variant == BASELINE]
+    base = frame[frame.variant == BASELINE.name]
     if base.duplicated(list(keys)).any():
         raise ValueError(f"{figure}: more than one baseline row for the same {', '.join(keys)}")
     index = pd.MultiIndex.from_frame(frame[list(keys)])

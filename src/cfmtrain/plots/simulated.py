@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cfmtrain.paper import BASELINE, BOTH
 from cfmtrain.plots.ratios import baseline_over, strong_efficiency, weak_efficiency
 
 REQUIRED = ("variant", "ranks", "epoch_s")
@@ -70,7 +71,7 @@ def simulated_speedup_table(table: pd.DataFrame) -> pd.DataFrame:
     the band from the ends of both bands (baseline low over variant high, and high over low;
     the baseline's own speed-up is 1 exactly)."""
     out = table.copy()
-    base = out.variant == "baseline"
+    base = out.variant == BASELINE.name
     out["speedup"] = baseline_over(out, "epoch_s", "epoch_s", figure="simulated Figure 8")
     out["speedup_low"] = baseline_over(out, "epoch_s_low", "epoch_s_high").where(~base, 1.0)
     out["speedup_high"] = baseline_over(out, "epoch_s_high", "epoch_s_low").where(~base, 1.0)
@@ -92,7 +93,7 @@ def headline(table: pd.DataFrame) -> dict | None:
     its band; None when the table has no such row or the fit does not support it."""
     if unsupported(table):
         return None
-    rows = table[table.variant == "both"]
+    rows = table[table.variant == BOTH.name]
     if rows.empty or "speedup" not in rows:
         return None
     row = rows.loc[rows.ranks.idxmax()]

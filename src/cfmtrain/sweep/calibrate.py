@@ -8,12 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from cfmtrain.paper import BASELINE, KERNEL
 from cfmtrain.sweep.capacity import fill_bin
 from cfmtrain.sweep.series import run_series
 
 # One variant per compute path: the step of a variant depends on its kernels only (the balancer
 # changes which graphs form a batch, not the cost of a batch); cfmtrain.train.config decides.
-PATHS = {"mace": "baseline", "fused": "kernel"}
+PATHS = {"mace": BASELINE.name, "fused": KERNEL.name}
 MIN_TIME_S = 3.0  # timed seconds per point at least (small batches: more steps)
 MAX_REPEATS = 15
 COLUMNS = ["kernels", "variant", "pool", "target_atoms", "graphs", "atoms", "edges", "step_s",

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
-from cfmtrain.paper import VARIANTS
+from cfmtrain.paper import BASELINE, VARIANTS, variant
 
 Variant = Literal[VARIANTS]  # Literal of a tuple: the same as Literal of its items
 
@@ -94,7 +94,7 @@ class OptimConfig:
 class TrainConfig:
     """One training run."""
 
-    variant: Variant = "baseline"
+    variant: Variant = BASELINE.name
     seed: int = 0  # model initialisation, batch order and the nested train/eval subsets
     epochs: int = 2  # passes over the training graphs
     max_steps: int = 0  # stop (with a checkpoint) after this many steps in all; 0 = no limit
@@ -117,12 +117,12 @@ class TrainConfig:
     @property
     def fused(self) -> bool:
         """True for the variants that swap in the fused CPU kernels."""
-        return self.variant in ("kernel", "both")
+        return variant(self.variant).fused
 
     @property
     def balanced(self) -> bool:
         """True for the variants batched by Algorithm 1."""
-        return self.variant in ("balancer", "both")
+        return variant(self.variant).balanced
 
     @property
     def epoch_normalized(self) -> bool:

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from cfmtrain.balance import DistributedBinPackSampler
+from cfmtrain.paper import variant
 from cfmtrain.train.capacity import Capacity, resolve_capacity
 from cfmtrain.train.config import TrainConfig
 
@@ -44,7 +45,7 @@ def make_train_sampler(cfg: TrainConfig, num_atoms: np.ndarray, num_edges: np.nd
     if cfg.balanced:
         return _sampler(sizes, capacity, cfg, rank, world_size, "algorithm1"), capacity
     count = cfg.batch.graphs_per_batch
-    if cfg.variant == "matched":
+    if variant(cfg.variant).matched:
         count = matched_graphs_per_batch(sizes, capacity, cfg, world_size)
     return (_sampler(sizes, capacity, cfg, rank, world_size, "fixed_count",
                      graphs_per_batch=count), capacity)
