@@ -63,6 +63,11 @@ while True:
 """
 
 
+def with_path(folder: Path) -> str:
+    """PYTHONPATH with `folder` first (where the test's rank module is)."""
+    return os.pathsep.join([str(folder), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 def state(pid: int) -> str | None:
     """The process's state letter (R, S, T, Z, ...), None if it is gone."""
     try:
@@ -82,15 +87,19 @@ def left(pids: list[int], timeout: float = 10.0) -> dict[int, str]:
         time.sleep(0.05)
 
 
-def tree_of(pid: int, size: int, ready=lambda tree: True, timeout: float = 120) -> list[int]:
-    """The processes below `pid` once there are `size` of them and `ready(tree)` holds."""
+def tree_of(pid: int, ready, timeout: float = 120) -> list[int]:
+    """The processes below `pid` once `ready(them)` holds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         tree = children.descendants(pid)
-        if len(tree) == size and ready(tree):
+        if ready(tree):
             return tree
         time.sleep(0.05)
-    raise AssertionError(f"no tree of {size} below {pid}: {children.descendants(pid)}")
+    raise AssertionError(f"not ready below {pid}: {children.descendants(pid)}")
+
+
+def stopped(tree: list[int]) -> int:
+    return sum(state(p) == "T" for p in tree)
 
 
 def cleanup(proc: subprocess.Popen, tree: list[int]) -> None:
@@ -111,8 +120,8 @@ def test_trainings_in_turns_die_with_their_controller(tmp_path, signum):
                              str(tmp_path / "train.py"), str(tmp_path)], cwd=ROOT)
     tree: list[int] = []
     try:
-        # 2 keepers, 2 trainings, their 2 children; a's training and child stopped
-        tree = tree_of(proc.pid, 6, lambda t: sum(state(p) == "T" for p in t) == 2)
+        # a's training and its child stopped, b's running
+        tree = tree_of(proc.pid, lambda t: (tmp_path / "b.csv").exists() and stopped(t) == 2)
         os.kill(proc.pid, signum)
         proc.wait(timeout=30)
         assert left(tree) == {}
@@ -120,22 +129,24 @@ def test_trainings_in_turns_die_with_their_controller(tmp_path, signum):
         cleanup(proc, tree)
 
 
-def supervised_rank(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, int, list[int]]:
-    """`python -m cfmtrain launch --ranks 1` of RANK (it becomes the supervised child): the
-    supervisor, the rank's pid, and everything below the supervisor."""
+def supervised_rank(tmp_path: Path) -> subprocess.Popen:
+    """`python -m cfmtrain launch --ranks 1` of RANK: the supervisor (the rank becomes its
+    child)."""
     (tmp_path / "holdrank.py").write_text(RANK)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "cfmtrain", *args, "launch", "--ranks", "1",
+    env = {**os.environ, "PYTHONPATH": with_path(tmp_path)}
+    return subprocess.Popen([sys.executable, "-m", "cfmtrain", "launch", "--ranks", "1",
                              "--module", "holdrank", "--", str(tmp_path / "ready")], cwd=ROOT,
                             env=env, stderr=subprocess.PIPE, text=True)
-    tree = tree_of(proc.pid, 4, lambda t: (tmp_path / "ready.0").exists())  # keeper, rank, 2
-    return proc, int((tmp_path / "ready.0").read_text()), tree
+
+
+def rank_ready(tmp_path: Path):
+    return lambda tree: (tmp_path / "ready.0").exists() and stopped(tree) == 1
 
 
 def test_the_supervisors_child_and_all_below_die_with_the_supervisor(tmp_path):
-    proc, _, tree = supervised_rank(tmp_path)
+    proc, tree = supervised_rank(tmp_path), []
     try:
-        assert sorted(state(p) for p in tree).count("T") == 1
+        tree = tree_of(proc.pid, rank_ready(tmp_path))
         proc.kill()
         proc.wait(timeout=30)
         assert left(tree) == {}
@@ -145,8 +156,9 @@ def test_the_supervisors_child_and_all_below_die_with_the_supervisor(tmp_path):
 
 @pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM])
 def test_a_stop_passed_on_leaves_nothing_below(tmp_path, signum):
-    proc, _, tree = supervised_rank(tmp_path)
+    proc, tree = supervised_rank(tmp_path), []
     try:
+        tree = tree_of(proc.pid, rank_ready(tmp_path))
         proc.send_signal(signum)  # passed on to the rank, which it ends
         assert proc.wait(timeout=30) == 128 + signum
         assert left(tree) == {}
@@ -155,9 +167,10 @@ def test_a_stop_passed_on_leaves_nothing_below(tmp_path, signum):
 
 
 def test_a_killed_child_is_explained_without_a_stack_and_leaves_nothing(tmp_path):
-    proc, rank, tree = supervised_rank(tmp_path)
+    proc, tree = supervised_rank(tmp_path), []
     try:
-        os.kill(rank, signal.SIGKILL)
+        tree = tree_of(proc.pid, rank_ready(tmp_path))
+        os.kill(int((tmp_path / "ready.0").read_text()), signal.SIGKILL)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 1
         last = err.strip().splitlines()[-1]
@@ -180,7 +193,7 @@ def test_torchruns_ranks_die_with_the_launcher(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "cfmtrain.dist.launch", "--ranks", "2",
                              "--threads", "1", "--module", "holdrank", "--",
                              str(tmp_path / "ready")], cwd=ROOT,
-                            env={**env, "PYTHONPATH": str(tmp_path)})
+                            env={**env, "PYTHONPATH": with_path(tmp_path)})
     tree: list[int] = []
     try:
         deadline = time.monotonic() + 240
@@ -202,15 +215,18 @@ def test_pool_workers_die_with_their_parent(tmp_path):
     script.write_text("""
 import time
 from cfmtrain import children
-with children.pool(2) as pool:
-    pool.map_async(time.sleep, [600, 600], chunksize=1)
-    time.sleep(600)
+if __name__ == "__main__":
+    with children.pool(2) as pool:
+        pool.map_async(time.sleep, [600, 600], chunksize=1)
+        time.sleep(600)
 """)
     proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT)
     tree: list[int] = []
     try:
-        tree = tree_of(proc.pid, 2)  # the workers (spawn: no resource tracker for a pool)
+        # multiprocessing's resource tracker and the 2 workers, one task each
+        tree = tree_of(proc.pid, lambda t: len(t) == 3)
         time.sleep(0.5)
+        assert len(children.descendants(proc.pid)) == 3  # no worker died (of a bad start)
         proc.kill()
         proc.wait(timeout=30)
         assert left(tree) == {}
