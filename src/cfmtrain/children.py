@@ -10,6 +10,10 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import multiprocessing.pool
 
 # The keeper (this file run as a script, standard library only) is the child that `Popen`
 # starts; the command is the keeper's child. The kernel tells the keeper when its parent dies (a
@@ -76,7 +80,7 @@ def die_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def pool(processes: int):
+def pool(processes: int) -> multiprocessing.pool.Pool:
     """A multiprocessing pool (spawn start method) whose workers die with this process."""
     import multiprocessing  # lazy: the keeper, which runs this file, never needs it
 
@@ -110,6 +114,9 @@ class Popen(subprocess.Popen):
         self.args = command
         if b"error" in report or b"pid" not in report:
             self.wait()
+            for pipe in (self.stdin, self.stdout, self.stderr):
+                if pipe is not None:
+                    pipe.close()
             if b"error" in report:
                 code = int(report[b"error"])
                 raise OSError(code, os.strerror(code), command[0])
@@ -179,7 +186,7 @@ def _exit_as(status: int) -> None:
     if os.WIFSIGNALED(status):
         signum = os.WTERMSIG(status)
         _prctl(PR_SET_DUMPABLE, 0)  # no core file of the keeper: the command's tells it all
-        if signum not in (signal.SIGKILL, signal.SIGSTOP):
+        if signum != signal.SIGKILL:
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
         os.kill(os.getpid(), signum)
