@@ -17,6 +17,9 @@ import torch
 
 from cfmtrain.kernels import isa
 
+BUILD_HINT = ("run `python setup.py build_ext --inplace` in the repository (or reinstall "
+              "cfmtrain without CFMTRAIN_NO_EXTENSION)")
+
 
 def load_ops(name: str) -> None:
     """Load a compiled op library (a torch extension without a Python module init) once, in the
@@ -27,10 +30,66 @@ def load_ops(name: str) -> None:
     module = isa.module_name(name, variant)
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
-        raise ImportError(f"{module} is not built: run `python setup.py build_ext --inplace` "
-                          "in the repository (or reinstall cfmtrain)")
+        raise ImportError(f"{module} is not built: {BUILD_HINT}")
     torch.ops.load_library(spec.origin)
     isa.record(name, variant)
+
+
+def is_built(name: str) -> bool:
+    """Whether op library `name` (its generic build, which setup.py always makes) is built."""
+    return importlib.util.find_spec(name) is not None
+
+
+class MissingOp:
+    """An op of a library that is not built: calling it raises ImportError naming the library."""
+
+    def __init__(self, library: str, op: str) -> None:
+        self.library, self.op = library, op
+
+    def __call__(self, *args, **kwargs):
+        raise ImportError(f"{self.library} is not built (needed for cfmtrain::{self.op}, a CPU "
+                          f"kernel): {BUILD_HINT}")
+
+    def __getattr__(self, name: str) -> MissingOp:  # an overload, e.g. `.default`
+        return self
+
+
+class MissingOps:
+    """`torch.ops.cfmtrain`'s stand-in where an op library is not built (an install for GPU
+    nodes, CFMTRAIN_NO_EXTENSION=1): its modules import, and each op raises at its first call."""
+
+    def __init__(self, library: str) -> None:
+        self.library = library
+
+    def __getattr__(self, op: str) -> MissingOp:
+        return MissingOp(self.library, op)
+
+
+def compiled_ops(name: str):
+    """`torch.ops.cfmtrain` with op library `name` loaded (as `load_ops`), or, where it is not
+    built, a MissingOps whose ops raise at their first call: a module of CPU kernels imports
+    without the compiled extension, and fails loudly only when one of its kernels runs."""
+    if not is_built(name):
+        return MissingOps(name)
+    load_ops(name)
+    return torch.ops.cfmtrain
+
+
+def ops_built(ops) -> bool:
+    """False for a MissingOps (registrations of fake kernels and formulas are skipped)."""
+    return not isinstance(ops, MissingOps)
+
+
+CPU_LIBRARIES = ("cfmtrain._ops_symmetric_contraction", "cfmtrain._ops_channelwise_conv",
+                 "cfmtrain._ops_radial_mlp", "cfmtrain._ops_dense_mm", "cfmtrain._ops_silu")
+
+
+def require_cpu_kernels() -> None:
+    """Raise ImportError naming the fused CPU kernels' op libraries that are not built."""
+    missing = [name for name in CPU_LIBRARIES if not is_built(name)]
+    if missing:
+        raise ImportError(f"the fused CPU kernels are not built ({', '.join(missing)}): "
+                          f"{BUILD_HINT}; on a CUDA device they run through cuEquivariance")
 
 
 CPU_FUSED = "cpu-fused"

@@ -19,15 +19,14 @@ from torch.autograd.graph import get_gradient_edge
 from torch.utils.flop_counter import register_flop_formula
 
 from cfmtrain.kernels.adopt import Adopting
-from cfmtrain.kernels.backend import load_ops
+from cfmtrain.kernels.backend import compiled_ops, ops_built
 from cfmtrain.kernels.dense import dense_mm
 from cfmtrain.kernels.radial import FoldedRadialMLP
 
 FUSION_TAG = "cfmtrain"
 
 
-load_ops("cfmtrain._ops_channelwise_conv")
-_OPS = torch.ops.cfmtrain
+_OPS = compiled_ops("cfmtrain._ops_channelwise_conv")  # ops raise at first call if not built
 
 
 class ConvGraph(NamedTuple):
@@ -247,14 +246,12 @@ def channelwise_conv(node_feats: torch.Tensor, edge_attrs: torch.Tensor, tp_weig
     return out if ir_mul_out else _permute(out, desc.o_order, inverse=True)
 
 
-@torch.library.register_fake("cfmtrain::channelwise_conv_gather")
 def _gather_fake(src, attr, weight, basis, rows, sender, receiver, recv_rowptr, recv_perm,
                  send_rowptr, send_perm, paths, terms, coeffs, dims, transpose):
     n = (send_rowptr if transpose else recv_rowptr).shape[0] - 1
     return src.new_empty((n, dims[0] if transpose else dims[3]))
 
 
-@torch.library.register_fake("cfmtrain::channelwise_conv_edge")
 def _edge_fake(x, attr, weight, grad, basis, rows, sender, receiver, recv_rowptr, recv_perm,
                send_rowptr, send_perm, paths, terms, coeffs, dims, need_attr, need_weight,
                need_basis, need_x, need_out):
@@ -266,7 +263,6 @@ def _edge_fake(x, attr, weight, grad, basis, rows, sender, receiver, recv_rowptr
             grad.new_empty(grad.shape if need_out else (0,)))
 
 
-@torch.library.register_fake("cfmtrain::channelwise_conv_edge_forms")
 def _edge_forms_fake(xs, edge_attrs, grads, weight, basis, rows, sender, receiver, recv_rowptr,
                      recv_perm, send_rowptr, send_perm, paths, terms, coeffs, dims, slots,
                      need_weight, need_basis, weight_grad_in=None, emit_weight_grad=False):
@@ -291,7 +287,6 @@ def _path_sizes(paths: torch.Tensor, transpose: bool = False) -> tuple[torch.Ten
     return paths[:, 0], d_in, d_out, paths[:, 4], paths[:, 9] - paths[:, 8]
 
 
-@register_flop_formula(_OPS.channelwise_conv_gather, get_raw=True)
 def _gather_flops(src, attr, weight, basis, rows, sender, receiver, recv_rowptr, recv_perm,
                   send_rowptr, send_perm, paths, terms, coeffs, dims, transpose,
                   out_val=None) -> int:
@@ -338,7 +333,6 @@ def _pass_flops(paths: torch.Tensor, recv_rowptr: torch.Tensor, num_edges: int,
     return distinct_h * receivers * int((2 * n_terms * mul).sum()) + num_edges * per_edge
 
 
-@register_flop_formula(_OPS.channelwise_conv_edge, get_raw=True)
 def _edge_flops(x, attr, weight, grad, basis, rows, sender, receiver, recv_rowptr, recv_perm,
                 send_rowptr, send_perm, paths, terms, coeffs, dims, need_attr, need_weight,
                 need_basis, need_x, need_out, out_val=None) -> int:
@@ -356,7 +350,6 @@ def _edge_flops(x, attr, weight, grad, basis, rows, sender, receiver, recv_rowpt
                        rows is not None)
 
 
-@register_flop_formula(_OPS.channelwise_conv_edge_forms, get_raw=True)
 def _edge_forms_flops(xs, edge_attrs, grads, weight, basis, rows, sender, receiver, recv_rowptr,
                       recv_perm, send_rowptr, send_perm, paths, terms, coeffs, dims, slots,
                       need_weight, need_basis, weight_grad_in=None, emit_weight_grad=False,
@@ -605,20 +598,30 @@ def _add(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
     return b if a is None else a if b is None else a + b
 
 
-torch.library.register_autograd(
-    "cfmtrain::channelwise_conv_gather", _gather_backward,
-    setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 5))
-torch.library.register_autograd(
-    "cfmtrain::channelwise_conv_edge", _edge_backward,
-    setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 6))
-
-
 def _no_forms_backward(ctx, *grads):
     raise RuntimeError("channelwise_conv_edge_forms is not differentiable: differentiate "
                        "conv_edge per form (the edge op's backward does so when it builds a graph)")
 
 
-torch.library.register_autograd("cfmtrain::channelwise_conv_edge_forms", _no_forms_backward)
+def _register() -> None:
+    """Fake kernels, FLOP formulas and autograd formulas of the loaded ops."""
+    for op, fake, flops in (("channelwise_conv_gather", _gather_fake, _gather_flops),
+                            ("channelwise_conv_edge", _edge_fake, _edge_flops),
+                            ("channelwise_conv_edge_forms", _edge_forms_fake, _edge_forms_flops)):
+        torch.library.register_fake(f"cfmtrain::{op}")(fake)
+        register_flop_formula(getattr(_OPS, op), get_raw=True)(flops)
+    torch.library.register_autograd(
+        "cfmtrain::channelwise_conv_gather", _gather_backward,
+        setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 5))
+    torch.library.register_autograd(
+        "cfmtrain::channelwise_conv_edge", _edge_backward,
+        setup_context=lambda ctx, inputs, output: _setup(ctx, inputs, 6))
+    torch.library.register_autograd("cfmtrain::channelwise_conv_edge_forms",
+                                    _no_forms_backward)
+
+
+if ops_built(_OPS):
+    _register()
 
 
 class FusedChannelwiseConv(Adopting):

@@ -17,23 +17,26 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import register_flop_formula
 
-from cfmtrain.kernels.backend import load_ops
+from cfmtrain.kernels.backend import compiled_ops, ops_built
 
-load_ops("cfmtrain._ops_dense_mm")
+_OPS = compiled_ops("cfmtrain._ops_dense_mm")  # ops raise at first call if not built
 
 # 1 GFLOP: ~6 ms of MKL on 2 threads here, ~3 ms saved, against <= 1.5 ms to build a primitive
 ONEDNN_MIN_FLOPS = 1e9
 
 
-@torch.library.register_fake("cfmtrain::dense_mm")
 def _dense_mm_fake(a, b):
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
-@register_flop_formula(torch.ops.cfmtrain.dense_mm, get_raw=True)
 def _dense_mm_flops(a, b, out_val=None) -> int:
     """2 m k n (torch.utils.flop_counter, as for torch.mm)."""
     return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+
+
+if ops_built(_OPS):
+    torch.library.register_fake("cfmtrain::dense_mm")(_dense_mm_fake)
+    register_flop_formula(_OPS.dense_mm, get_raw=True)(_dense_mm_flops)
 
 
 @register_flop_formula(torch.ops.mkldnn._linear_pointwise, get_raw=True)
@@ -47,10 +50,10 @@ def gemm_backend() -> str:
     """"avx512" where float32 tiles and `dense_mm`'s smaller products take the AVX-512 product
     of kernels/common/gemm.h, else "aten" (no AVX-512, or CFMTRAIN_GEMM=aten, read once per
     process)."""
-    return torch.ops.cfmtrain.dense_mm_backend()
+    return _OPS.dense_mm_backend()
 
 
-_AVX512 = gemm_backend() == "avx512"
+_AVX512 = ops_built(_OPS) and gemm_backend() == "avx512"
 
 
 def product_library(a: torch.Tensor, b: torch.Tensor) -> str:
@@ -77,7 +80,7 @@ def dense_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     library = product_library(a, b)
     if library == "onednn":
         return onednn_mm(a, b)
-    return torch.ops.cfmtrain.dense_mm(a, b) if library == "avx512" else a @ b
+    return _OPS.dense_mm(a, b) if library == "avx512" else a @ b
 
 
 class _DenseMM(torch.autograd.Function):

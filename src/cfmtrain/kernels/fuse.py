@@ -18,6 +18,7 @@ from cfmtrain.kernels.backend import (
     choose_conv_backend,
     mace_conv_backend,
     model_device,
+    require_cpu_kernels,
 )
 from cfmtrain.kernels.conv import factor_radial_weights, fuse_convs, unfuse_convs
 from cfmtrain.kernels.cueq import (
@@ -53,6 +54,8 @@ def fuse_symmetric_contractions(model: torch.nn.Module, backend: str = CPU_FUSED
     """
     from mace.modules.symmetric_contraction import SymmetricContraction
 
+    if backend == CPU_FUSED:
+        require_cpu_kernels()  # loudly, before any module is swapped
     swapped = 0
     for product in _products(model):
         sc = product.symmetric_contractions

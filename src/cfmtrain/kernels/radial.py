@@ -21,12 +21,12 @@ from e3nn.math import normalize2mom
 from e3nn.nn import FullyConnectedNet
 
 from cfmtrain.kernels.adopt import Adopting, swap_in, swap_out
-from cfmtrain.kernels.backend import load_ops
+from cfmtrain.kernels.backend import compiled_ops, ops_built
 from cfmtrain.kernels.dense import dense_matmul
 from cfmtrain.kernels.edge_pairs import EdgePairs, edge_pairs
 from cfmtrain.kernels.silu import silu
 
-load_ops("cfmtrain._ops_radial_mlp")
+_OPS = compiled_ops("cfmtrain._ops_radial_mlp")  # ops raise at first call if not built
 
 
 def _hidden(x: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
@@ -36,16 +36,19 @@ def _hidden(x: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
     return x
 
 
-@torch.library.register_fake("cfmtrain::radial_mlp")
 def _radial_mlp_fake(x, weights, save_z):
     return (x.new_empty((x.shape[0], weights[-1].shape[1])),
             [x.new_empty((x.shape[0], w.shape[1])) for w in weights] if save_z else [])
 
 
-@torch.library.register_fake("cfmtrain::radial_mlp_backward")
 def _radial_mlp_backward_fake(x, weights, z, grad, need_x, need_weights):
     return (x.new_empty(x.shape if need_x else (0,)),
             [w.new_empty(w.shape) for w in weights] if need_weights else [])
+
+
+if ops_built(_OPS):
+    torch.library.register_fake("cfmtrain::radial_mlp")(_radial_mlp_fake)
+    torch.library.register_fake("cfmtrain::radial_mlp_backward")(_radial_mlp_backward_fake)
 
 
 class _FusedHidden(torch.autograd.Function):
@@ -56,7 +59,7 @@ class _FusedHidden(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
         save = any(ctx.needs_input_grad)
-        out, z = torch.ops.cfmtrain.radial_mlp(x, list(weights), save)
+        out, z = _OPS.radial_mlp(x, list(weights), save)
         ctx.save_for_backward(x, *weights, *z)
         ctx.layers = len(weights)
         return out
@@ -70,8 +73,7 @@ class _FusedHidden(torch.autograd.Function):
             inputs = [t for t, n in zip((x, *weights), (need_x, *need_w), strict=True) if n]
             got = iter(torch.autograd.grad(_hidden(x, weights), inputs, grad, create_graph=True))
             return tuple(next(got) if n else None for n in (need_x, *need_w))
-        gx, gw = torch.ops.cfmtrain.radial_mlp_backward(x, weights, z, grad.contiguous(), need_x,
-                                                        any(need_w))
+        gx, gw = _OPS.radial_mlp_backward(x, weights, z, grad.contiguous(), need_x, any(need_w))
         return (gx if need_x else None,
                 *(g if n else None for g, n in zip(gw or [None] * len(weights), need_w,
                                                    strict=True)))

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import torch
 
-from cfmtrain.kernels.backend import load_ops
+from cfmtrain.kernels.backend import compiled_ops, ops_built
 
-load_ops("cfmtrain._ops_silu")
+_OPS = compiled_ops("cfmtrain._ops_silu")  # ops raise at first call if not built
 
 
-@torch.library.register_fake("cfmtrain::silu_grad_grad")
 def _silu_grad_grad_fake(gg, grad, x, s):
     return torch.empty_like(x), torch.empty_like(x)
+
+
+if ops_built(_OPS):
+    torch.library.register_fake("cfmtrain::silu_grad_grad")(_silu_grad_grad_fake)
 
 
 def _derivatives(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,8 +44,8 @@ class _SiluGrad(torch.autograd.Function):
         if torch.is_grad_enabled() or x.device.type != "cpu":  # a graph of this backward
             d1, d2 = _derivatives(x)
             return gg * d1, gg * g * d2
-        return torch.ops.cfmtrain.silu_grad_grad(gg.contiguous(), g.contiguous(), x.contiguous(),
-                                                 torch.sigmoid(x).contiguous())
+        return _OPS.silu_grad_grad(gg.contiguous(), g.contiguous(), x.contiguous(),
+                                   torch.sigmoid(x).contiguous())
 
 
 class _Silu(torch.autograd.Function):

@@ -18,9 +18,10 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.flop_counter import register_flop_formula
 
-from cfmtrain.kernels.backend import load_ops
+from cfmtrain.kernels.backend import compiled_ops, ops_built
 
-load_ops("cfmtrain._ops_symmetric_contraction")
+# the ops raise at their first call where the library is not built
+_OPS = compiled_ops("cfmtrain._ops_symmetric_contraction")
 
 Factor = tuple[int, int]  # (operand, component)
 
@@ -155,9 +156,9 @@ def _lookup(desc_id: int, args: Sequence) -> Descriptor:
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-_FORWARD = torch.ops.cfmtrain.sparse_polynomial
-_BACKWARD = torch.ops.cfmtrain.sparse_polynomial_backward
-_DOUBLE_BACKWARD = torch.ops.cfmtrain.sparse_polynomial_double_backward
+_FORWARD = _OPS.sparse_polynomial
+_BACKWARD = _OPS.sparse_polynomial_backward
+_DOUBLE_BACKWARD = _OPS.sparse_polynomial_double_backward
 _NEXT_ORDER = {"sparse_polynomial": _BACKWARD, "sparse_polynomial_backward": _DOUBLE_BACKWARD,
                "sparse_polynomial_double_backward": _DOUBLE_BACKWARD}
 
@@ -236,6 +237,8 @@ def _flops(operands, operand_per_elem, elem, term_out, term_coeff, factor_ptr, f
 
 for _name, _op in (("sparse_polynomial", _FORWARD), ("sparse_polynomial_backward", _BACKWARD),
                    ("sparse_polynomial_double_backward", _DOUBLE_BACKWARD)):
+    if not ops_built(_OPS):
+        break
     torch.library.register_fake(f"cfmtrain::{_name}")(_fake)
     torch.library.register_autograd(f"cfmtrain::{_name}", _make_backward(_NEXT_ORDER[_name]),
                                     setup_context=_setup_context)
