@@ -27,10 +27,10 @@ from mace.tools.torch_geometric.batch import Batch
 
 import cfmtrain
 from cfmtrain.batches import cells
+from cfmtrain.batches.assembly import assemble_function, assembly_backend
 from cfmtrain.batches.cells import cell_rows, graph_extent
 from cfmtrain.batches.shared import merge_parts, shared_arrays
 from cfmtrain.batches.store_arrays import STORED, StoreArrays
-from cfmtrain.kernels.backend import load_ops
 
 
 class GraphDataset(Protocol):
@@ -42,8 +42,6 @@ class GraphDataset(Protocol):
     indices: np.ndarray
     z_to_index: np.ndarray
     z_table: object
-
-load_ops("cfmtrain._ops_batch_assembly")
 
 
 def code_digest(*modules: ModuleType) -> str:
@@ -128,10 +126,13 @@ def batch_arrays(rows: dict[str, np.ndarray], ptr: np.ndarray, dataset: GraphDat
 class BatchAssembler:
     """Callable: dataset items (`i` or `(i, weight)`) -> the mace-torch Batch of those graphs,
     assembled by one cfmtrain::assemble_batch call over the store's arrays held in memory, or
-    over the batch's rows read from the shards."""
+    over the batch's rows read from the shards. For a training on `device` (default the CPU)
+    without the compiled op, its PyTorch equivalent (batches.assembly.assembly_backend)."""
 
-    def __init__(self, dataset: GraphDataset, arrays: StoreArrays):
+    def __init__(self, dataset: GraphDataset, arrays: StoreArrays,
+                 device: torch.device | str | None = None):
         self.dataset, self.arrays = dataset, arrays
+        self.backend = assembly_backend(device)  # "compiled" or "torch"
         self.npf = numpy_dtype(dataset.dtype)
         self.memory: dict[str, torch.Tensor] | None = None
         self.unknown: np.ndarray | None = None  # per store graph: has an element not modelled
@@ -178,7 +179,7 @@ class BatchAssembler:
                           num_atoms=torch.from_numpy(num_atoms),
                           num_edges=torch.from_numpy(num_edges))
             index = torch.arange(n)
-        fields = torch.ops.cfmtrain.assemble_batch(
+        fields = assemble_function(self.backend)(
             index, arrays["atoms_start"], arrays["num_atoms"], arrays["edges_start"],
             arrays["num_edges"], arrays["species"], len(ds.z_table),
             [arrays["positions"], arrays["forces"]], arrays["edge_index"],
