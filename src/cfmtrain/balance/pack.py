@@ -6,16 +6,32 @@ than bins) and ordered by load so that the R bins of a step carry near-equal loa
 Algorithm 1 misses a goal: above the lower bound + R bins, its leftovers are refilled
 into the gaps of its first round (kernels/balance/refine.h); below a step balance of 0.999, the
 uneven steps are dealt again by LPT within the capacity (kernels/balance/rebalance.h).
+
+The packing runs compiled (`cfmtrain._balance`) wherever that is built. Without it, a training
+on a device other than the CPU (a GPU node's install), or any with CFMTRAIN_NO_EXTENSION=1, packs
+with balance/portable.py, which gives the same plans, said once (`packing_backend`); anything
+else is refused by name.
 """
 
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Literal
 
 import numpy as np
 
-from cfmtrain import _balance
+from cfmtrain.balance import portable
 from cfmtrain.balance.plan import Plan
+
+try:
+    from cfmtrain import _balance
+except ImportError:  # an install without the compiled extension
+    _balance = None
+
+COMPILED, PORTABLE = "compiled", "portable"
+_use_portable = False  # set once a training on a device other than the CPU asked for it
+NO_EXTENSION = "CFMTRAIN_NO_EXTENSION"  # =1: an install without the compiled extension
 
 Oversize = Literal["error", "own_bin"]
 OVERSIZE_FILL = 0.85  # a large graph's step is built only if its partner bins reach this share
@@ -41,11 +57,46 @@ def as_sizes(sizes, name: str = "sizes") -> np.ndarray:
     return arr
 
 
+def packing_backend(device=None) -> str:
+    """How this process packs for a training on `device`: "compiled" where cfmtrain._balance is
+    built; else, for a device other than the CPU or anywhere with CFMTRAIN_NO_EXTENSION=1 (an
+    install made without it on purpose), "portable" (balance/portable.py, the same plans; said
+    once, and used by this process from then on); a CPU run that expected it is refused
+    (ImportError)."""
+    global _use_portable
+    if _balance is not None:
+        return COMPILED
+    cpu = str(device or "cpu").split(":")[0] == "cpu"  # a torch.device or its name (no torch)
+    if cpu and os.environ.get(NO_EXTENSION) != "1":
+        raise ImportError(_NOT_BUILT)
+    if not _use_portable:
+        _use_portable = True
+        warnings.warn("cfmtrain._balance is not built: Algorithm 1 runs in Python "
+                      "(cfmtrain.balance.portable, the same plans, 1-2 s per million "
+                      "graphs and pass)", stacklevel=2)
+    return PORTABLE
+
+
+_NOT_BUILT = ("cfmtrain._balance is not built (Algorithm 1): run `python setup.py build_ext "
+              "--inplace` in the repository (or reinstall cfmtrain without "
+              "CFMTRAIN_NO_EXTENSION); a training on a CUDA device packs in Python instead")
+
+
+def _module():
+    """The module the packing functions come from (see `packing_backend`)."""
+    if _balance is not None:
+        return _balance
+    if _use_portable:
+        return portable
+    raise ImportError(_NOT_BUILT)
+
+
 def kernel(name: str, sizes: np.ndarray, capacity: float):
-    """The compiled function for the sizes' type, with the capacity cast to match."""
+    """The compiled function (or its portable twin) for the sizes' type, with the capacity
+    cast to match."""
     if sizes.dtype == np.int64 and float(capacity).is_integer():
-        return getattr(_balance, f"{name}_i64"), sizes, int(capacity)
-    return getattr(_balance, f"{name}_f64"), sizes.astype(np.float64), float(capacity)
+        return getattr(_module(), f"{name}_i64"), sizes, int(capacity)
+    return getattr(_module(), f"{name}_f64"), sizes.astype(np.float64), float(capacity)
 
 
 def descending_order(sizes: np.ndarray, candidates: np.ndarray | None = None,
