@@ -1,6 +1,7 @@
 """Atomic file output: write under a temporary name in the same folder, rename on success.
 
-A failed or interrupted writer never leaves a file that looks complete.
+A failed or interrupted writer never leaves a file that looks complete, and one that fails for
+want of space says so naming the file (cfmtrain.diskfull).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cfmtrain import crash
+from cfmtrain.diskfull import writing
 
 
 @contextlib.contextmanager
@@ -21,8 +23,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     crash.leftover(tmp)
     try:
-        yield tmp
-        os.replace(tmp, final)
+        with writing(final):
+            yield tmp
+            os.replace(tmp, final)
     finally:
         if tmp.exists():
             tmp.unlink()

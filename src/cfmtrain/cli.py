@@ -14,6 +14,7 @@ import os
 import sys
 
 from cfmtrain import crash
+from cfmtrain.diskfull import DiskFullError
 from cfmtrain.malloc_env import MALLOC_ENV
 
 # command -> (module, help, needs the tuned allocator)
@@ -68,7 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"cfmtrain {name}", description=help_text)
     module.add_arguments(parser)
     args = parser.parse_args(rest)
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except DiskFullError as err:  # one line naming the file, not a traceback
+        print(f"cfmtrain {name}: {err}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        # no interpreter teardown: a library whose write failed (HDF5) may crash in it
+        os._exit(1)
 
 
 def entry() -> int:

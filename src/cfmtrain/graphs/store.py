@@ -38,6 +38,7 @@ import numpy as np
 from cfmtrain.atomic import atomic_path
 from cfmtrain.frames.neighbors import shift_dtype
 from cfmtrain.graphs import provenance
+from cfmtrain.graphs.hdf5_write import hdf5_written
 
 FORMAT_VERSION = 2  # 2: Fletcher-32 on every dataset, manifest, int8/int16/int32 shifts
 LIBVER = ("v110", "v110")  # checksummed metadata; readable by HDF5 >= 1.10
@@ -101,7 +102,7 @@ def write_shard(path: str | os.PathLike, graphs: Iterable[dict], *, cutoff: floa
     subset_names: dict[str, int] = {}
     table: dict[str, list] = {"num_atoms": [], "num_edges": [], "num_receivers": [],
                               "subsets": []}
-    with atomic_path(path) as tmp, h5py.File(tmp, "w", libver=LIBVER) as f:
+    with atomic_path(path) as tmp, hdf5_written(tmp, libver=LIBVER) as f:
         f.attrs.update({"format_version": FORMAT_VERSION, "cutoff": cutoff, **(attrs or {})})
         block: list[dict] = []
         edges = 0

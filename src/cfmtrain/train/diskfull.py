@@ -1,6 +1,5 @@
-"""Writes of a run's outputs that fail for want of space: one error that names the file and says
-the disk (or the quota, or the process's file-size limit) is full, instead of a bare
-`No space left on device` or torch's `unexpected pos` naming no path.
+"""Writes of a run's outputs that fail for want of space (cfmtrain.diskfull), with how the run
+goes on, and torch's `unexpected pos` traced back to its errno.
 
 The writers leave no partial file: the atomic ones (atomic.atomic_path) remove their temporary
 file, an append is cut back to where it began, and a checkpoint that cannot be written leaves
@@ -10,38 +9,22 @@ the previous ones as they were.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
-# no space on the device, a quota exceeded, a file over RLIMIT_FSIZE (ulimit -f)
-FULL = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
-        errno.EFBIG: "the file is over this process's file-size limit (ulimit -f)"}
+from cfmtrain.diskfull import FULL, DiskFullError  # noqa: F401  (re-exported for train)
+from cfmtrain.diskfull import writing as base_writing
 
-
-class DiskFullError(OSError):
-    """A file not written for want of space; the message names it and what is full."""
-
-    def __str__(self) -> str:
-        return self.args[1]
+RESUME = "run again: --resume auto goes on from the last checkpoint written"
 
 
 @contextlib.contextmanager
 def writing(path: str | os.PathLike) -> Iterator[None]:
-    """Turn a disk-full OSError raised in the block into DiskFullError naming `path`."""
-    try:
+    """A run's output write: a disk-full OSError becomes DiskFullError naming `path`, with how
+    the run goes on."""
+    with base_writing(path, then=RESUME):
         yield
-    except DiskFullError:
-        raise
-    except OSError as err:
-        if err.errno not in FULL:
-            raise
-        folder = Path(path).parent
-        raise DiskFullError(err.errno, (
-            f"{path}: not written, {FULL[err.errno]} ({os.strerror(err.errno)}); free space "
-            f"in {folder} (or write the run elsewhere) and run again: --resume auto goes on "
-            "from the last checkpoint written")) from err
 
 
 class Tracked:
