@@ -122,10 +122,13 @@ class GraphDataset(torch.utils.data.Dataset):
 
 
 def make_loader(dataset: GraphDataset, batch_sampler, num_workers: int | None = None,
-                pin_memory: bool = False, cpus_per_rank: int = 1) -> BatchLoader:
+                pin_memory: bool = False, cpus_per_rank: int = 1,
+                device: torch.device | str | None = None) -> BatchLoader:
     """Batches of `dataset` over `batch_sampler`'s item lists, assembled whole from the store's
     arrays (held in memory when they fit, train.store_arrays) and prefetched per `num_workers`
-    (None: auto; train.prefetch)."""
+    (None: auto; train.prefetch), for a training on `device` (None: the CPU; a CUDA device gets
+    page-locked batches, and the PyTorch assembly where the compiled one is not built)."""
     arrays = store_arrays(dataset.store)
     workers = resolve_workers(num_workers, arrays.in_memory, cpus_per_rank)
-    return BatchLoader(BatchAssembler(dataset, arrays), batch_sampler, workers, pin_memory)
+    return BatchLoader(BatchAssembler(dataset, arrays, device), batch_sampler, workers,
+                       pin_memory, device)

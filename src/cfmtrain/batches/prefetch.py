@@ -8,6 +8,10 @@
 - `0`: no prefetch, each batch is assembled when training asks for it;
 - `N > 0`: N worker processes (torch DataLoader, batches assembled whole in the workers).
 There is nothing to overlap with a single batch: it is always assembled in place.
+
+For a training on a CUDA device every batch is page-locked as it is made (in the prefetch
+thread, or by the DataLoader's pinning thread), so that its one copy to the device per step
+runs asynchronously (train.device).
 """
 
 from __future__ import annotations
@@ -21,6 +25,14 @@ import torch
 PREFETCH_DEPTH = 2  # batches assembled ahead of the one training uses
 THREAD = -1  # BatchLoader's `num_workers` for one prefetch thread
 JOIN_TIMEOUT_S = 60.0  # close() waits this long at most for the batch being assembled
+
+
+def pins(device: torch.device | str | None, pin_memory: bool = False) -> bool:
+    """Whether batches for `device` are page-locked: always for a CUDA device; without a
+    device, as `pin_memory` asks where CUDA is available; never for another device."""
+    if device is not None:
+        return torch.device(device).type == "cuda"
+    return pin_memory and torch.cuda.is_available()
 
 
 def resolve_workers(num_workers: int | None, in_memory: bool, cpus_per_rank: int) -> int:
@@ -48,13 +60,13 @@ def _whole(batch):
 class BatchLoader:
     """Iterates `assemble(items)` over `batch_sampler`: THREAD, 0 or N worker processes (module
     docstring, auto already resolved); each iteration starts the sampler anew, as a
-    DataLoader does."""
+    DataLoader does. Batches for a CUDA `device` are page-locked (`pins`)."""
 
     def __init__(self, assemble: Callable, batch_sampler: Iterable, num_workers: int = 0,
-                 pin_memory: bool = False):
+                 pin_memory: bool = False, device: torch.device | str | None = None):
         self.assemble, self.batch_sampler = assemble, batch_sampler
         self.num_workers = num_workers
-        self.pin_memory = pin_memory and torch.cuda.is_available()
+        self.pin_memory = pins(device, pin_memory)
 
     def __len__(self) -> int:
         return len(self.batch_sampler)

@@ -14,8 +14,11 @@ import numpy as np
 import torch
 from torch_ema import ExponentialMovingAverage
 
+from cfmtrain.balance.pack import packing_backend
+from cfmtrain.batches.assembly import assembly_backend
 from cfmtrain.batches.data import GraphDataset, make_loader, nested_subset
 from cfmtrain.batches.prefetch import BatchLoader
+from cfmtrain.dist.collectives import all_reduce_sum
 from cfmtrain.dist.distenv import LAUNCHED_AT, DistEnv
 from cfmtrain.graphs.provenance import split_digest
 from cfmtrain.graphs.split import check_split_for, read_split
@@ -61,12 +64,14 @@ class Run:
     timeline: dict = dataclasses.field(default_factory=dict)
     # the code that trained the run since which step (resume.code_versions; set by runner.begin)
     code_versions: list[dict] = dataclasses.field(default_factory=list)
+    # how the host assembles batches and packs them: compiled, or (no extension, a GPU) Python
+    host_backend: dict = dataclasses.field(default_factory=dict)
 
     def make_loader(self, dataset: GraphDataset, batch_sampler) -> BatchLoader:
         """Batches assembled from the store's arrays, prefetched per the configured workers
-        (auto from this rank's CPUs), with pinned memory if configured."""
+        (auto from this rank's CPUs), for the run's device (page-locked for a CUDA one)."""
         return make_loader(dataset, batch_sampler, self.cfg.batch.num_workers,
-                           self.cfg.batch.pin_memory, self.env.cpus_per_task)
+                           self.cfg.batch.pin_memory, self.env.cpus_per_task, self.device)
 
 
 def load_parts(store: GraphStore, split_path: Path, cfg: TrainConfig,
@@ -126,7 +131,7 @@ def _union_over_ranks(zs: np.ndarray, world_size: int) -> np.ndarray:
     mask = torch.zeros(model_mod.MAX_Z, dtype=torch.float64)
     mask[torch.as_tensor(zs, dtype=torch.long)] = 1
     if world_size > 1:
-        torch.distributed.all_reduce(mask)
+        mask = all_reduce_sum(mask)
     return np.flatnonzero(mask.numpy() > 0)
 
 
@@ -201,6 +206,8 @@ def build_run(cfg: TrainConfig, graphs: Path | list[Path], split: Path, out: Pat
     use_stress = cfg.optim.stress_weight > 0
     sets = {name: GraphDataset(store, idx, z_table, r_max, dtype, use_stress)
             for name, idx in parts.items()}
+    # compiled where built; a GPU run without the extension: the Python twins (said once)
+    host = {"batch_assembly": assembly_backend(device), "packing": packing_backend(device)}
     sampler, capacity = make_train_sampler(cfg, sets["train"].num_atoms,
                                            sets["train"].num_edges, env.rank, env.world_size)
     timeline["build_s"] = time.perf_counter() - t0
@@ -209,4 +216,4 @@ def build_run(cfg: TrainConfig, graphs: Path | list[Path], split: Path, out: Pat
                scheduler=make_scheduler(cfg, optimizer), ema=ema, sampler=sampler,
                train_set=sets["train"], valid_set=sets["valid"], test_set=sets["test"],
                kernel_backend=backend, capacity=capacity, data=data_identity(store, split),
-               timeline=timeline)
+               timeline=timeline, host_backend=host)

@@ -1,10 +1,14 @@
 """The training step and epoch: timed data wait, compute, straggler wait and all-reduce per rank,
 a global loss from all-reduced counts, NaN checks, EMA; and evaluation with the EMA weights.
+
+The step runs on the run's device: its batch moves there once (train.device), the errors are
+summed there, and the host waits for the device only where a time is taken.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import time
 from collections.abc import Iterator
@@ -14,6 +18,8 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from cfmtrain.dist.collectives import all_reduce_sum
+from cfmtrain.train.device import device_clock, to_device
 from cfmtrain.train.loss import distributed_loss
 from cfmtrain.train.metrics import ErrorSums, StepTimes
 from cfmtrain.train.sampling import global_step_counts, loss_normalizers
@@ -36,9 +42,7 @@ class StopFlag:
 
     def agreed(self) -> bool:
         """True on every rank if any rank got SIGTERM (one tiny all-reduce: a collective)."""
-        flag = torch.tensor([1.0 if self.requested else 0.0])
-        if world_size() > 1:
-            dist.all_reduce(flag)
+        flag = all_reduce_sum(torch.tensor([1.0 if self.requested else 0.0]))
         return bool(flag.item() > 0)
 
 
@@ -47,23 +51,32 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
 
 
+def check_finite(loss: float, batch, step: int) -> None:
+    """NonFiniteLossError naming the step and the batch's graphs if `loss` is NaN or infinite."""
+    if not math.isfinite(loss):
+        store_id = getattr(batch, "store_id", None)
+        graphs_in = store_id.tolist() if store_id is not None else "?"
+        raise NonFiniteLossError(f"non-finite loss {loss} at step {step}; batch of "
+                                 f"{batch.num_graphs} graphs, store indices {graphs_in}")
+
+
 def forward_backward(model: torch.nn.Module, batch, graphs: float, atoms: float, cfg,
-                     step: int, measure: bool) -> tuple[torch.Tensor, dict]:
+                     step: int, measure: bool, check: bool = True
+                     ) -> tuple[torch.Tensor, dict]:
     """Forward, loss over the global counts, local backward (DDP's all-reduce deferred in
     measurement mode); returns the detached loss and the predictions. The backward pass goes to
     the trainable parameters only: the positions (and the strain) are leaves of the forces'
     graph, and their second-order gradient, which `loss.backward()` would also compute, feeds
-    nothing."""
+    nothing. `check`: a non-finite loss raises before the backward (a read of the loss, which
+    waits for a CUDA device: the training step checks it after its timing wait instead)."""
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     sync = model.no_sync() if measure and ddp else contextlib.nullcontext()
     with sync:
         pred = model(batch.to_dict(), training=True, compute_force=True,
                      compute_stress=cfg.optim.stress_weight > 0)
         loss = distributed_loss(batch, pred, graphs, atoms, world_size(), cfg.optim)
-        if not torch.isfinite(loss):
-            graphs_in = batch.store_id.tolist() if hasattr(batch, "store_id") else "?"
-            raise NonFiniteLossError(f"non-finite loss {loss.item()} at step {step}; batch of "
-                                     f"{batch.num_graphs} graphs, store indices {graphs_in}")
+        if check:
+            check_finite(float(loss), batch, step)
         loss.backward(inputs=[p for p in model.parameters() if p.requires_grad])
     return loss.detach(), pred
 
@@ -82,15 +95,19 @@ def allreduce_gradients(params: list[torch.nn.Parameter]) -> None:
 
 
 def train_step(run, batch, graphs: float, atoms: float, step: int, times: StepTimes
-               ) -> tuple[torch.Tensor, dict]:
-    """One optimisation step on this rank's batch; fills `times`; returns (loss, predictions)."""
+               ) -> tuple[float, dict, object]:
+    """One optimisation step on this rank's batch (on the host: moved to the run's device once);
+    fills `times`; returns (loss, predictions, the batch on the device). The host waits for the
+    device twice, where the compute and the step end: their times."""
     cfg, measure = run.cfg, run.cfg.measure_straggler and world_size() > 1
     t0, c0 = time.perf_counter(), time.thread_time()
-    batch = batch.to(run.device, non_blocking=True)
+    batch = to_device(batch, run.device)
     run.optimizer.zero_grad(set_to_none=True)
-    loss, pred = forward_backward(run.ddp, batch, graphs, atoms, cfg, step, measure)
-    t1 = time.perf_counter()
+    loss, pred = forward_backward(run.ddp, batch, graphs, atoms, cfg, step, measure, check=False)
+    t1 = device_clock(run.device)
     times.compute_s, times.compute_cpu_s = t1 - t0, time.thread_time() - c0
+    value = float(loss)  # after the wait: a copy, not a stall
+    check_finite(value, batch, step)
     if measure:
         dist.barrier()  # the straggler cost: waiting for the slowest rank's backward
         t2 = time.perf_counter()
@@ -102,8 +119,8 @@ def train_step(run, batch, graphs: float, atoms: float, step: int, times: StepTi
     run.optimizer.step()
     if run.ema is not None:
         run.ema.update()
-    times.optim_s = time.perf_counter() - t1
-    return loss, pred
+    times.optim_s = device_clock(run.device) - t1
+    return value, pred, batch
 
 
 def epoch_steps(run, epoch: int, skip: int, plan: int | None = None) -> Iterator[StepRecord]:
@@ -128,17 +145,18 @@ def epoch_steps(run, epoch: int, skip: int, plan: int | None = None) -> Iterator
                 break
             times.data_s = time.perf_counter() - t0
             graphs, atoms = counts[step].tolist()
-            loss, pred = train_step(run, batch, graphs, atoms, run.global_step, times)
+            sizes = {"graphs": int(batch.num_graphs), "atoms": int(batch.num_nodes),
+                     "edges": int(batch.edge_index.shape[1])}  # of the batch on the host
+            loss, pred, batch = train_step(run, batch, graphs, atoms, run.global_step, times)
             times.cpu_s = time.thread_time() - c0
             run.train_errors.add(batch, pred, run.cfg.optim.stress_weight > 0)
             run.global_step += 1
             step += 1
             yield StepRecord(
-                epoch=epoch, step=run.global_step - 1, rank=run.env.rank,
-                graphs=int(batch.num_graphs), atoms=int(batch.num_nodes),
-                edges=int(batch.edge_index.shape[1]), data_s=times.data_s,
+                epoch=epoch, step=run.global_step - 1, rank=run.env.rank, **sizes,
+                data_s=times.data_s,
                 compute_s=times.compute_s, wait_s=times.wait_s, allreduce_s=times.allreduce_s,
-                optim_s=times.optim_s, step_s=times.step_s, loss=float(loss) / world_size(),
+                optim_s=times.optim_s, step_s=times.step_s, loss=loss / world_size(),
                 cpu_s=times.cpu_s, compute_cpu_s=times.compute_cpu_s)
     finally:
         if hasattr(iterator, "close"):
@@ -157,12 +175,12 @@ def evaluate(run, dataset, batch_graphs: int, group_of: np.ndarray | None = None
     ema = run.ema.average_parameters() if run.ema is not None else contextlib.nullcontext()
     with ema:
         for batch in run.make_loader(dataset, batches):
-            batch = batch.to(run.device)
+            rows = None
+            if group_of is not None:  # from the batch on the host, before its transfer
+                rows = torch.as_tensor(group_of[batch.store_id.numpy()], dtype=torch.long)
+            batch = to_device(batch, run.device)
             pred = run.model(batch.to_dict(), training=False, compute_force=True,
                              compute_stress=use_stress)
-            rows = None
-            if group_of is not None:
-                rows = torch.as_tensor(group_of[batch.store_id.cpu().numpy()], dtype=torch.long)
             sums.add(batch, {k: v.detach() for k, v in pred.items() if v is not None},
                      use_stress, rows)
     return sums.reduced()

@@ -10,6 +10,7 @@ import math
 import torch
 import torch.distributed as dist
 
+from cfmtrain.dist.collectives import all_reduce_sum
 from cfmtrain.train.config import OptimConfig
 from cfmtrain.train.loss import combine
 
@@ -41,36 +42,52 @@ class NonFiniteMetricError(FloatingPointError):
     """A validation or test error that is NaN or infinite; the message names the graphs."""
 
 
+FINITE = -2  # in ErrorSums' flags: the graph's errors were finite
+
+
 class ErrorSums:
     """Sums of errors over graphs, one row per group (e.g. subset); `reduced()` sums ranks.
-    `nonfinite` lists the store indices of graphs whose errors were NaN or infinite."""
+    `nonfinite` lists the store indices of graphs whose errors were NaN or infinite.
+
+    A batch's errors are summed where its tensors are (a CUDA device: no copy to the host, no
+    wait for the device per step); the graphs with non-finite errors are flagged there too, and
+    named only by `reduced()`, which returns the sums on the host."""
 
     def __init__(self, groups: int = 1, values: torch.Tensor | None = None,
                  nonfinite: list[int] | None = None):
         self.values = (torch.zeros(groups, len(FIELDS), dtype=torch.float64) if values is None
                        else values)
         self.nonfinite: list[int] = list(nonfinite or [])
+        self._flags: list[torch.Tensor] = []  # per batch: store index of a non-finite graph
 
     def add(self, batch, pred: dict, use_stress: bool, groups: torch.Tensor | None = None
             ) -> None:
         """Add one batch's errors; `groups` gives each graph's row (default row 0)."""
         with torch.no_grad():
             rows = per_graph_errors(batch, pred, use_stress)
-            bad = ~torch.isfinite(rows).all(1)
-            if bad.any():
-                ids = batch.store_id[bad] if hasattr(batch, "store_id") else torch.full(
-                    (int(bad.sum()),), -1)
-                self.nonfinite += [int(i) for i in ids.tolist()]
+            if self.values.device != rows.device:
+                self.values = self.values.to(rows.device)
+            ids = (batch.store_id if hasattr(batch, "store_id")
+                   else torch.full((len(rows),), -1, device=rows.device))
+            self._flags.append(torch.where(torch.isfinite(rows).all(1), FINITE, ids.to(
+                rows.device)))
             if groups is None:
-                groups = torch.zeros(len(rows), dtype=torch.long)
-            self.values.index_add_(0, groups, rows)
+                groups = torch.zeros(len(rows), dtype=torch.long, device=rows.device)
+            self.values.index_add_(0, groups.to(rows.device), rows)
+
+    def _nonfinite(self) -> list[int]:
+        """This rank's graphs with non-finite errors (read from the device once)."""
+        if self._flags:
+            flags = torch.cat(self._flags).cpu()
+            self.nonfinite += [int(i) for i in flags[flags != FINITE].tolist()]
+            self._flags = []
+        return self.nonfinite
 
     def reduced(self) -> ErrorSums:
-        """The sums over all ranks (a collective: every rank must call it), with every rank's
-        non-finite graphs when the sums are not finite (the same on every rank)."""
-        values, nonfinite = self.values.clone(), self.nonfinite
+        """The sums over all ranks on the host (a collective: every rank must call it), with
+        every rank's non-finite graphs when the sums are not finite (the same on every rank)."""
+        values, nonfinite = all_reduce_sum(self.values.clone()).cpu(), self._nonfinite()
         if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(values)
             if not torch.isfinite(values).all():
                 parts: list = [None] * dist.get_world_size()
                 dist.all_gather_object(parts, self.nonfinite)

@@ -18,6 +18,7 @@ from e3nn import o3
 from mace import modules
 from mace.tools import AtomicNumberTable
 
+from cfmtrain.dist.collectives import all_reduce_sum
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.train.config import ConfigError, ModelConfig
 
@@ -141,7 +142,7 @@ def compute_stats(store: GraphStore, train: np.ndarray, extra_zs: np.ndarray,
     what remains of the energies."""
     sums = torch.from_numpy(_stat_sums(store, train[rank::world_size]))
     if world_size > 1:
-        torch.distributed.all_reduce(sums)
+        sums = all_reduce_sum(sums)
     sums = sums.numpy()
     k = MAX_Z * MAX_Z
     ata, atb = sums[:k].reshape(MAX_Z, MAX_Z), sums[k:k + MAX_Z]

@@ -112,7 +112,8 @@ def provenance(run) -> dict:
             "kernel_backend": run.kernel_backend, "threads": torch.get_num_threads(),
             "dtype": run.cfg.model.dtype, "device": str(run.device),
             "launcher": run.env.source, "use_reduced_cg": run.cfg.model.use_reduced_cg,
-            "cpu_variant": isa.cpu_variant(), "gemm": gemm_backend()}
+            "cpu_variant": isa.cpu_variant(), "gemm": gemm_backend(),
+            "host_backend": getattr(run, "host_backend", {})}
 
 
 def gemm_backend() -> str | None:
