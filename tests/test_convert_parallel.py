@@ -17,8 +17,7 @@ from cfmtrain.frames.extxyz import EmptyInputError, frame_offsets, iter_extxyz_f
 from cfmtrain.frames.validate import InvalidFrameError
 from cfmtrain.readers.options import ReadOptions
 from cfmtrain.shards import parts
-from cfmtrain.shards.convert import convert
-from cfmtrain.shards.own import convert_own
+from cfmtrain.shards.convert import convert, convert_own
 
 KEYS = ReadOptions("REF_energy", "REF_forces", "REF_stress")
 

@@ -24,7 +24,7 @@ from cfmtrain.frames.keys import LabelKeys, own_frame, virial_to_stress
 from cfmtrain.frames.validate import InvalidFrameError, check_frame, frame_labels
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.readers.own import parse_keys
-from cfmtrain.shards.own import convert_own
+from cfmtrain.shards.convert import convert_own
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -219,7 +219,7 @@ def test_a_path_that_matches_nothing_is_named(tmp_path):
         with pytest.raises(FileNotFoundError, match=re.escape(f"{path}: {message}")):
             convert_own("own", [path], tmp_path, progress=False)
     (tmp_path / "a.cif").write_text("")
-    with pytest.raises(ValueError, match=r"a.cif: unknown suffix '.cif' \(own data: .extxyz"):
+    with pytest.raises(ValueError, match=r"a.cif: unknown suffix '.cif' \(known: .extxyz"):
         convert_own("own", [tmp_path / "a.cif"], tmp_path, progress=False)
 
 

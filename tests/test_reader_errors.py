@@ -23,8 +23,7 @@ from ase.calculators.singlepoint import SinglePointCalculator
 from cfmtrain.cli import main as cli_main
 from cfmtrain.frames.extxyz import EmptyInputError, read_extxyz_atoms
 from cfmtrain.frames.validate import InvalidFrameError, Limits, frame_message
-from cfmtrain.shards.convert import convert
-from cfmtrain.shards.own import convert_own
+from cfmtrain.shards.convert import convert, convert_own
 
 
 def labelled(seed: int, energy: float | None = None) -> Atoms:

@@ -17,7 +17,7 @@ from cfmtrain.graphs import split
 from cfmtrain.graphs.build import build_shard
 from cfmtrain.graphs.duplicates import structure_keys
 from cfmtrain.graphs.store import GraphStore
-from cfmtrain.shards.own import convert_own
+from cfmtrain.shards.convert import convert_own
 
 
 def member(root: Path, name: str, files: list[Path]) -> Path:

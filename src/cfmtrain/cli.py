@@ -22,7 +22,8 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "generate": ("cfmtrain.sources.mini", "generate a data set offline (extxyz): `mini` or the "
                  "MPtrj-like `crystals` of any size", False),
     "download": ("cfmtrain.sources.download", "download a registered data set", False),
-    "convert": ("cfmtrain.shards.convert", "convert a downloaded data set to extxyz shards", False),
+    "convert": ("cfmtrain.shards.convert", "convert a data set's files, registered or own "
+                "(--own-data), of any input format to extxyz shards", False),
     "split": ("cfmtrain.graphs.split", "write the seeded train/valid/test split", False),
     "graphs": ("cfmtrain.graphs.build", "build radius graphs into an HDF5 shard", False),
     "stats": ("cfmtrain.graphs.stats", "data set statistics: Table 3", False),

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ase.data import atomic_numbers
 
+from cfmtrain.frames.formats import format_of
 from cfmtrain.frames.neighbors import check_cutoff
 from cfmtrain.graphs.split import SplitError, check_fractions
 from cfmtrain.paper import VARIANTS
@@ -118,10 +119,8 @@ def _check_generated(key: str, cfg: dict, split: dict) -> None:
 
 
 def _check_format(key: str, path: Path) -> None:
-    from cfmtrain.readers.own import own_format  # lazy: ase.io (0.6 s) for files sets only
-
     try:
-        own_format(path)
+        format_of(path)
     except ValueError as err:
         raise ConfigError(f"config {key}: {err}") from None
 

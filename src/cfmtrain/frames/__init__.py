@@ -1,2 +1,2 @@
-"""Frames: one structure with its labels: records, limits, label keys, the extxyz parser
-and the neighbour search."""
+"""Frames: one structure with its labels: records, limits, label keys, the input formats'
+table, the extxyz parser and the neighbour search."""

@@ -1,1 +1,2 @@
-"""Readers: one per input format (extxyz, ASE db and trajectories, MPtrj JSON), frames out."""
+"""Readers: one module per input format (the table: cfmtrain.frames.formats), frames out, and
+how a registered or an own data set labels them."""

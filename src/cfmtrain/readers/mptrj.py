@@ -1,4 +1,4 @@
-"""Stream the MPtrj JSON (11 GB: never json.load it) into frames, without importing pymatgen.
+"""Stream the MPtrj JSON, gzipped or not (11 GB: never json.load it), without importing pymatgen.
 
 Schema (figshare item 23713842, MPtrj_2022.9_full.json): {mp-id: {frame-id: record}}, a record
 holding a pymatgen `structure` dict, `uncorrected_total_energy`, `corrected_total_energy` (eV),
@@ -13,10 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from ase import Atoms
+from ase.calculators.singlepoint import SinglePointCalculator
 from ase.data import atomic_numbers
 
 from cfmtrain.frames.validate import RawFrame
-from cfmtrain.readers.options import ReadOptions
+from cfmtrain.readers.options import Part, ReadOptions, problem_frame
+from cfmtrain.readers.read import Read
 
 # Energy: MACE-MP-0 was trained on extxyz files whose `energy` is `uncorrected_total_energy`
 # (Matbench Discovery, models/mace/json_to_extxyz.py by Y. Chiang: atoms.info["energy"] =
@@ -34,6 +37,9 @@ MPTRJ_OPTIONS = ReadOptions(energy_key=DEFAULT_ENERGY_KEY, forces_key="force",
                             stress_key="stress", stress_unit="kBar-vasp")
 KEPT_INFO = ("uncorrected_total_energy", "corrected_total_energy")
 
+TITLE = "MPtrj JSON"
+RANGES = False
+
 
 def _ijson_backend():
     import ijson
@@ -50,8 +56,24 @@ def _open(path: Path):
     return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
 
+def read(part: Part, options: ReadOptions | None = None) -> Iterator[Read]:
+    """Every record: labelled by `options` (a registered data set's key names and unit) if
+    given, else as atoms in ASE's conventions for a data set's keys to find the labels."""
+    if options is not None:
+        yield from read_mptrj(part.path, options)
+        return
+    for mp_id, frame_id, record in records(part.path):
+        yield record_to_atoms(record, str(part.path), frame_id, mp_id)
+
+
 def read_mptrj(path: str | Path, opts: ReadOptions = MPTRJ_OPTIONS) -> Iterator[RawFrame]:
     """Stream every frame of an MPtrj JSON file (one material's frames in memory at a time)."""
+    for mp_id, frame_id, record in records(path):
+        yield record_to_frame(record, str(path), frame_id, mp_id, opts)
+
+
+def records(path: str | Path) -> Iterator[tuple[str, str, dict]]:
+    """(mp-id, frame-id, record) of every record; a file without records is an error."""
     import ijson
 
     path = Path(path)
@@ -65,7 +87,7 @@ def read_mptrj(path: str | Path, opts: ReadOptions = MPTRJ_OPTIONS) -> Iterator[
                                      f"got {type(frames).__name__}")
                 for frame_id, record in frames.items():
                     count += 1
-                    yield record_to_frame(record, str(path), frame_id, mp_id, opts)
+                    yield mp_id, frame_id, record
         except ijson.JSONError as err:
             where = f"after material {mp_id}" if mp_id else "at the start"
             raise ValueError(f"{path}: invalid JSON {where}: {err}") from None
@@ -114,3 +136,24 @@ def record_to_frame(record: dict, source: str, frame_id: str, mp_id: str,
         stress=record.get(opts.stress_key) if opts.stress_key else None,
         stress_factor=opts.stress_factor, info=info, arrays=arrays,
     )
+
+
+def record_to_atoms(record: dict, source: str, frame_id: str, mp_id: str) -> Read:
+    """One MPtrj record as atoms whose calculator results are ASE's: the uncorrected energy (as
+    MACE-MP-0 trains), the forces, and the stress in eV/A^3 with ASE's sign; both energies and
+    the ids stay in info. A malformed record is a frame with its problem."""
+    frame = record_to_frame(record, source, frame_id, mp_id)
+    if frame.problem is not None:
+        return frame
+    atoms = Atoms(numbers=frame.numbers, positions=frame.positions, cell=frame.cell,
+                  pbc=frame.pbc)
+    atoms.info.update(frame.info)
+    atoms.arrays.update(frame.arrays)
+    try:
+        stress = (None if frame.stress is None
+                  else np.asarray(frame.stress, dtype=float) * frame.stress_factor)
+        atoms.calc = SinglePointCalculator(atoms, energy=frame.energy, forces=frame.forces,
+                                           stress=stress)
+    except (TypeError, ValueError) as err:
+        return problem_frame(source, frame_id, ("malformed record", f"labels: {err!r}"))
+    return source, frame_id, atoms

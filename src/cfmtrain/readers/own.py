@@ -1,5 +1,5 @@
-"""One's own data (config `kind: files`): extxyz/xyz, ASE databases (.db) and ASE trajectories
-(.traj), by suffix, read as frames for `cfmtrain convert NAME --own-data` (cfmtrain.shards.own).
+"""One's own data (config `kind: files`): files of any format (cfmtrain.frames.formats) read as
+frames for `cfmtrain convert NAME --own-data`, their labels found by the data set's keys.
 
 Labels are found as cfmtrain.frames.keys describes; each frame keeps its own config_type
 (frames without one get the data set's name), so the graph store's subsets are config_types.
@@ -13,64 +13,21 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import ase.io
-from ase import Atoms
-
-from cfmtrain.frames.extxyz import EmptyInputError, iter_extxyz_file, named_errors
 from cfmtrain.frames.keys import FIELDS, LabelKeys, config_type_of, own_frame
-from cfmtrain.frames.validate import InvalidFrameError, Problem, RawFrame
-from cfmtrain.readers.ase_db import db_rows
+from cfmtrain.frames.validate import InvalidFrameError, RawFrame
 from cfmtrain.readers.e0s import Located
-from cfmtrain.readers.options import Part, problem_frame
+from cfmtrain.readers.options import Part
+from cfmtrain.readers.read import read_part
 
-FORMATS = {".extxyz": "extxyz", ".xyz": "extxyz", ".traj": "traj", ".db": "db"}
 ISOLATED_TYPES = ("IsolatedAtom", "isolated_atom")
-
-
-def own_format(path: Path) -> str:
-    """The reader of a file, from its suffix: extxyz, traj or db."""
-    try:
-        return FORMATS[path.suffix.lower()]
-    except KeyError:
-        raise ValueError(f"{path}: unknown suffix {path.suffix!r} (own data: "
-                         f"{', '.join(FORMATS)})") from None
-
-
-def _db_atoms(path: Path) -> Iterator[tuple[str, Atoms]]:
-    for index, atoms, data in db_rows(path):
-        atoms.info.update(data)
-        yield index, atoms
-
-
-def read_located(part: Part) -> Iterator[tuple[str, int | str, Atoms | None, Problem | None]]:
-    """(file, frame, atoms, None) of every frame of one file (or part of an extxyz file), or
-    (file, frame, None, problem) for an unreadable one; errors name the file and frame; a file
-    without frames is an error."""
-    path = part.path
-    kind, source = own_format(path), str(path)
-    if path.stat().st_size == 0:
-        raise EmptyInputError(source)
-    if kind == "extxyz":
-        for index, atoms, problem in iter_extxyz_file(path, part.first, part.offset, part.line,
-                                                      part.count):
-            yield source, index, atoms, problem
-        return
-    frames = (_db_atoms(path) if kind == "db"
-              else enumerate(ase.io.iread(source, index=":", format=kind)))
-    count = 0
-    for index, atoms in named_errors(frames, source, lambda item: item[0]):
-        count += 1
-        yield source, index, atoms, None
-    if count == 0:
-        raise EmptyInputError(source, "no frames read")
 
 
 def read_atoms(path: Path) -> Iterator[Located]:
     """(file, frame, atoms) of every frame of one file; an unreadable frame is an error."""
-    for source, index, atoms, problem in read_located(Part(path)):
-        if problem is not None:
-            raise InvalidFrameError(source, index, *problem)
-        yield source, index, atoms
+    for item in read_part(Part(path)):
+        if isinstance(item, RawFrame):
+            raise InvalidFrameError(item.source, item.index, *item.problem)
+        yield item
 
 
 @dataclass
@@ -84,10 +41,11 @@ class OwnReader:
 
     def frames(self, part: Part) -> Iterator[RawFrame]:
         """The part's frames to train on, in order."""
-        for source, index, atoms, problem in read_located(part):
-            if problem is not None:
-                yield problem_frame(source, index, problem)
+        for item in read_part(part):
+            if isinstance(item, RawFrame):  # unreadable: no atoms to label
+                yield item
                 continue
+            source, index, atoms = item
             if config_type_of(atoms, self.keys) in ISOLATED_TYPES:
                 self.isolated.append((source, index, atoms))
                 continue

@@ -1,1 +1,1 @@
-"""Shards: frames written as extxyz shards with their manifest, by the `convert` commands."""
+"""Shards: frames written as extxyz shards with their manifest, by `cfmtrain convert`."""

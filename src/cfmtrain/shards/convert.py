@@ -1,5 +1,9 @@
-"""`cfmtrain convert`: a data set's files (extxyz, zip of extxyz, ASE db, MPtrj JSON) into the
-pipeline's frame shards and manifest (cfmtrain.shards.writer). Frames are checked by
+"""`cfmtrain convert`: a data set's files into the pipeline's frame shards and manifest
+(cfmtrain.shards.writer), by one body for every kind of data set and every input format.
+
+The files are read by the reader their suffix names (cfmtrain.frames.formats); what differs by
+kind (which inputs, how frames are labelled, what the manifest adds) is a DataKind: a registered
+set's (shards.registered) or one's own (shards.own, `--own-data`). Frames are checked by
 cfmtrain.frames.validate, the check every stage shares.
 """
 
@@ -10,12 +14,18 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
+from cfmtrain.frames.formats import FORMATS, format_of
+from cfmtrain.frames.keys import LabelKeys
 from cfmtrain.frames.validate import LIMITS, InvalidFrameError, Limits
-from cfmtrain.readers.formats import RegistryReader, expand_inputs, reader_for
 from cfmtrain.readers.options import STRESS_UNITS, ReadOptions
+from cfmtrain.readers.own import parse_keys
+from cfmtrain.readers.read import ranges
 from cfmtrain.shards import own
-from cfmtrain.shards.parts import convert_parts, plan_parts
+from cfmtrain.shards.own import OwnData
+from cfmtrain.shards.parts import PartReader, convert_parts, plan_parts
+from cfmtrain.shards.registered import Registered, default_options
 from cfmtrain.shards.writer import (
     manifest,
     shard_paths,
@@ -23,32 +33,75 @@ from cfmtrain.shards.writer import (
     unique_files,
     write_manifest,
 )
-from cfmtrain.sources.registry import DATASETS, SourceKeys
+
+
+class DataKind(Protocol):
+    """What a kind of data set brings to a conversion."""
+
+    dataset: str
+    config_type: str  # of the frames without their own
+
+    def files(self, inputs: Sequence[str | os.PathLike]) -> list[Path]:
+        """The input files of `inputs`, or an error naming the one that cannot be read."""
+
+    def reader(self) -> PartReader:
+        """The reader of the parts, made once the files are known."""
+
+    def head(self) -> dict:
+        """The manifest's first entries."""
+
+    def finish(self, staging: Path, summaries: list[dict]) -> dict:
+        """The manifest's entries of this kind, once every part is read (its files written
+        into `staging`)."""
+
+    def notes(self, manifest: dict) -> str:
+        """What the command's summary line adds."""
+
+
+def convert_files(kind: DataKind, inputs: Sequence[str | os.PathLike],
+                  output_dir: str | os.PathLike, num_shards: int = 1,
+                  skip_invalid: bool = False, progress: bool = True, limits: Limits = LIMITS,
+                  workers: int = 1) -> dict:
+    """Convert the files of `inputs` into shards plus manifest.json, in `workers` processes
+    (shards.parts: the same shards for any number); returns the manifest.
+
+    The previous outputs in `output_dir` are replaced only if the conversion succeeds."""
+    paths = kind.files(inputs)
+    for path in paths:
+        format_of(path)  # an unknown suffix fails before any file is read
+    files, records = unique_files(paths)
+    reader = kind.reader()
+    parts = plan_parts(files, workers, ranges)
+    with staged_outputs(output_dir) as staging:
+        counts, summaries = convert_parts(reader, parts, staging,
+                                          shard_paths(staging, num_shards), kind.config_type,
+                                          skip_invalid, progress, limits, workers)
+        record = manifest(kind.head(), files, records, kind.finish(staging, summaries), limits,
+                          num_shards, counts)
+        write_manifest(staging, record)
+    return record
 
 
 def convert(dataset: str, inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLike,
             num_shards: int = 1, opts: ReadOptions | None = None, config_type: str | None = None,
             skip_invalid: bool = False, progress: bool = True,
             limits: Limits = LIMITS, workers: int = 1) -> dict:
-    """Convert `inputs` (files or folders) into shards plus manifest.json, in `workers`
-    processes (shards.parts: the same shards for any number); returns the manifest.
+    """Convert a registered data set's files or folders (`opts`: the registry's by default;
+    every frame's config_type `config_type`, the data set's name by default)."""
+    kind = Registered(dataset, opts or default_options(dataset), config_type or dataset)
+    return convert_files(kind, inputs, output_dir, num_shards, skip_invalid, progress, limits,
+                         workers)
 
-    The previous outputs in `output_dir` are replaced only if the conversion succeeds."""
-    opts = opts or default_options(dataset)
-    _ = opts.stress_factor  # fail early on an unknown unit
-    files, records = unique_files(expand_inputs(inputs))
-    parts = plan_parts(files, workers, lambda p: reader_for(p) == "extxyz")
-    with staged_outputs(output_dir) as staging:
-        counts, _ = convert_parts(RegistryReader(opts), parts, staging,
-                                  shard_paths(staging, num_shards), config_type or dataset,
-                                  skip_invalid, progress, limits, workers)
-        record = manifest(
-            {"dataset": dataset, "config_type": config_type or dataset}, files, records,
-            {"read_options": {"energy_key": opts.energy_key, "forces_key": opts.forces_key,
-                              "stress_key": opts.stress_key, "stress_unit": opts.stress_unit}},
-            limits, num_shards, counts)
-        write_manifest(staging, record)
-    return record
+
+def convert_own(dataset: str, files: Sequence[str | os.PathLike], output_dir: str | os.PathLike,
+                num_shards: int = 1, keys: LabelKeys | None = None, e0s: str = "fit",
+                skip_invalid: bool = False, progress: bool = True,
+                limits: Limits = LIMITS, workers: int = 1) -> dict:
+    """Convert own files (labels by `keys`, the defaults if None), writing `e0s.json` for
+    given E0s."""
+    kind = OwnData(dataset, keys or LabelKeys.from_mapping(), e0s)
+    return convert_files(kind, files, output_dir, num_shards, skip_invalid, progress, limits,
+                         workers)
 
 
 # ---------------------------------------------------------------- command line
@@ -57,7 +110,8 @@ def convert(dataset: str, inputs: Sequence[str | os.PathLike], output_dir: str |
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `cfmtrain convert`."""
     parser.add_argument("name", help="data set name (registry entry; sets the default keys)")
-    parser.add_argument("--input", nargs="+", required=True, help="input files or folders")
+    parser.add_argument("--input", nargs="+", required=True,
+                        help=f"input files or folders (by suffix: {', '.join(FORMATS)})")
     parser.add_argument("--output", type=Path, required=True, help="output folder")
     parser.add_argument("--shards", type=int, default=1, help="number of output shards")
     parser.add_argument("--skip-invalid", action="store_true",
@@ -84,12 +138,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     own.add_arguments(parser)
 
 
-def default_options(name: str) -> ReadOptions:
-    """The registry's read options for data set `name` (MACE's REF_* keys if unregistered)."""
-    keys = DATASETS[name].keys if name in DATASETS else SourceKeys()
-    return ReadOptions(keys.energy, keys.forces, keys.stress, keys.stress_unit)
-
-
 def options_for(name: str, args: argparse.Namespace) -> ReadOptions:
     """Read options: the registry's defaults for `name`, overridden by the command line."""
     base = default_options(name)
@@ -107,18 +155,23 @@ def limits_for(args: argparse.Namespace) -> Limits:
     return Limits(args.max_energy_per_atom, args.max_force, args.max_stress)
 
 
+def kind_for(args: argparse.Namespace) -> DataKind:
+    """Own data with `--own-data`, else a registered data set."""
+    if args.own_data:
+        return OwnData(args.name, parse_keys(args.key), args.e0s)
+    return Registered(args.name, options_for(args.name, args), args.config_type or args.name)
+
+
 def run(args: argparse.Namespace) -> int:
     """Convert, print a summary; a bad frame or input is a one-line error and exit code 1."""
-    if args.own_data:
-        return own.run(args, limits_for(args))
     try:
-        opts = options_for(args.name, args)
-        manifest = convert(args.name, args.input, args.output, args.shards, opts,
-                           args.config_type, args.skip_invalid, not args.no_progress,
-                           limits_for(args), args.workers)
+        kind = kind_for(args)
+        manifest = convert_files(kind, args.input, args.output, args.shards, args.skip_invalid,
+                                 not args.no_progress, limits_for(args), args.workers)
     except (InvalidFrameError, ValueError, FileNotFoundError, KeyError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(f"{args.name}: {manifest['frames']} frames in {args.shards} shard(s) under "
-          f"{args.output}; skipped {manifest['skipped']} {manifest['skipped_by_reason']}")
+          f"{args.output}{kind.notes(manifest)}; skipped {manifest['skipped']} "
+          f"{manifest['skipped_by_reason']}")
     return 0
