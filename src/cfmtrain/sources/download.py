@@ -26,6 +26,7 @@ from pathlib import Path
 
 from cfmtrain.atomic import atomic_path
 from cfmtrain.digest import CHUNK, file_digest, new_hasher
+from cfmtrain.frames.formats import FORMATS, is_known
 from cfmtrain.sources.registry import DATASETS, get_dataset
 
 TRANSIENT_HTTP = {408, 425, 429, 500, 502, 503, 504}
@@ -366,9 +367,6 @@ def _content_range_total(value: str) -> int | None:
 
 # ---------------------------------------------------------------- command line
 
-MANUAL_SUFFIXES = (".extxyz", ".xyz", ".db", ".zip")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `cfmtrain download`."""
     parser.add_argument("name", nargs="?", help="registered data set (see --list)")
@@ -418,14 +416,14 @@ def _run_entry(entry, dest: Path, retries: int, progress: bool,
         print(f"{entry.name}: generated, nothing to download ({entry.instructions})")
         return 0
     if entry.source == "manual":
-        found = sorted(p for p in dest.glob("**/*") if p.suffix in MANUAL_SUFFIXES) \
+        found = sorted(p for p in dest.glob("**/*") if p.is_file() and is_known(p)) \
             if dest.is_dir() else []
         if found:
             print(f"{entry.name}: manual data set, found {len(found)} file(s) in {dest}")
             return 0
         print(entry.describe())
         print(f"\nerror: {entry.name} cannot be downloaded automatically and no data files "
-              f"({', '.join(MANUAL_SUFFIXES)}) were found in {dest}; follow the instructions "
+              f"({', '.join(FORMATS)}) were found in {dest}; follow the instructions "
               f"above", file=sys.stderr)
         return 1
     try:

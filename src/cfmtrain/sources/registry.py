@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cfmtrain.frames.formats import FORMATS
 from cfmtrain.frames.labels import ENERGY_KEY, FORCES_KEY, STRESS_KEY
 from cfmtrain.paper import TABLE3
 
@@ -85,10 +86,11 @@ class DatasetEntry:
         return "\n".join(lines)
 
 
+_READ_FILES = ", ".join(f"*{suffix}" for suffix in FORMATS)  # what `cfmtrain convert` reads
 _MANUAL_OWN_FILES = """\
 No public source of this data set is known to us. To use your own copy:
-1. Put the frames as extended XYZ (*.extxyz, *.xyz), zip archives of extxyz (*.zip) or ASE
-   databases (*.db) into one folder, e.g. data/raw/{name}/.
+1. Put the frames into one folder, e.g. data/raw/{name}/, as files cfmtrain reads:
+   {formats}.
 2. Each frame needs an energy (eV) and forces (eV/A); stress (3x3 or Voigt) is optional.
    By default the converter reads MACE's keys REF_energy / REF_forces / REF_stress, and also
    ASE's calculator results (energy, forces, stress) when you pass those key names.
@@ -239,12 +241,13 @@ _register(DatasetEntry(
     source="manual",
     format="extxyz|ase-db",
     converter="ase",
-    instructions="""\
+    instructions=f"""\
 The article's "Data Records" section names where its database is deposited; we do not know a
 direct file URL, nor whether the paper's 219,627 frames are exactly that record.
 1. Open https://doi.org/10.1038/s41597-023-02103-4, follow its data record and download the
    structure files with energies and forces (or use your own TMD frames).
-2. Write or copy them as extxyz (*.extxyz) or ASE databases (*.db) into data/raw/tmd/.
+2. Write or copy them into data/raw/tmd/ as files cfmtrain reads:
+   {_READ_FILES}.
 3. Run: cfmtrain convert tmd --input data/raw/tmd --output results/data/tmd
    (pass --energy-key/--forces-key/--stress-key to match the files' key names).""",
     notes="Layered ternary TMD cells of 16-96 atoms in the paper's mix, periodic.",
@@ -259,7 +262,7 @@ for _name, _note in (
         name=_name, paper_name=PAPER_NAMES[_name], doi=None, license="unknown",
         citation="used by Firoz et al. (HPDC 2025) without a public source",
         source="manual", format="extxyz|ase-db", converter="ase",
-        instructions=_MANUAL_OWN_FILES.format(name=_name), notes=_note,
+        instructions=_MANUAL_OWN_FILES.format(name=_name, formats=_READ_FILES), notes=_note,
     ))
 
 _register(DatasetEntry(
