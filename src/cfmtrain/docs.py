@@ -3,8 +3,10 @@
 The README's results table and docs/benchmarks.md's tables come from the reference CSVs in
 docs/results/ (with their stamp, docs/results/manifest.csv); config/README.md and
 docs/configuration.md's reference come from workflow/schemas/config.schema.yaml and the
-training dataclasses of cfmtrain.train.config. `--check` changes nothing and exits 1 when a
-generated part differs; `--collect` first copies the measured CSVs from results/ in.
+training dataclasses of cfmtrain.train.config; the input formats (docs/own-data.md's table, a
+schema description's `{formats}`) from their table, cfmtrain.frames.formats. `--check` changes
+nothing and exits 1 when a generated part differs; `--collect` first copies the measured CSVs
+from results/ in.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import yaml
 
 from cfmtrain import children
 from cfmtrain.paper import BASELINE, BOTH, PAPER_GRAPHS, PAPER_RANKS, SPEEDUP
+from cfmtrain.readers.read import formats
 from cfmtrain.train.config import RANGES, BatchConfig, ModelConfig, OptimConfig, TrainConfig
 
 REFERENCE = Path("docs/results")
@@ -248,6 +251,19 @@ def bench_tables(root: Path) -> str:
 
 # ------------------------------------------------------------------ config reference
 
+FORMATS_FIELD = "{formats}"  # in a schema description: the input formats, from their table
+
+
+def formats_line() -> str:
+    """The input formats as one line, `format (suffixes)` each (cfmtrain.frames.formats)."""
+    return ", ".join(f"{title} ({', '.join(sfx)})" for title, sfx in formats())
+
+
+def formats_table() -> str:
+    """docs/own-data.md's table of the input formats, by suffix."""
+    return markdown_table(["suffix", "format"],
+                          [[", ".join(f"`{s}`" for s in sfx), title] for title, sfx in formats()])
+
 
 def _schema_type(node: dict) -> str:
     if "enum" in node:
@@ -280,7 +296,8 @@ def schema_rows(node: dict, prefix: str = "") -> Iterator[list[str]]:
         nested = _nested(child)
         default = "" if nested and "properties" in nested else _flat(child.get("default"))
         yield [f"`{key}`", _schema_type(child), f"`{default}`" if default else "",
-               " ".join(str(child.get("description", "")).split())]
+               " ".join(str(child.get("description", "")).replace(FORMATS_FIELD, formats_line())
+                        .split())]
         if nested is not None:
             inner = f"{key}.<name>." if child.get("additionalProperties") is nested else (
                 f"{key}[]." if child.get("items") is nested else f"{key}.")
@@ -395,6 +412,7 @@ def outputs(root: Path) -> dict[Path, Callable[[str], str]]:
     return {root / "README.md": fill("results", results_table(root)),
             root / "docs/benchmarks.md": fill("benchmarks", bench_tables(root)),
             root / "docs/configuration.md": fill("config", reference),
+            root / "docs/own-data.md": fill("formats", formats_table()),
             root / "config/README.md": lambda _: f"{CONFIG_README_HEAD}\n{reference}\n"}
 
 
