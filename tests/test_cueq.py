@@ -149,3 +149,15 @@ def test_a_cueq_model_pickles_as_mace_torch_modules(tmp_path):
     plain = unfuse_model(loaded)
     for got, want in zip(everything(plain, batch), expected, strict=True):
         assert rel_err(got, want) < 1e-6
+
+
+@pytest.mark.parametrize("reduced", [False, True])
+def test_a_correlation_2_model_in_either_basis(reduced):
+    """Its scalar output's U tensor is the same in both CG bases and its vector output's is
+    not: the basis is told by every output, not by the first."""
+    model = paper_model(torch.float64, reduced_cg=reduced, size="tiny")
+    batch = batch_dict(supercell(16), zs=[int(z) for z in model.atomic_numbers])
+    truth = everything(model, batch)
+    fuse_model(model, backend="cueq")
+    for got, want in zip(everything(model, batch), truth, strict=True):
+        assert rel_err(got, want) < 1e-6

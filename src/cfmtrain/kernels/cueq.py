@@ -18,15 +18,20 @@ from cfmtrain.kernels.symmetric_contraction import element_index, u_matrix_float
 
 
 def _uses_reduced_cg(sc: torch.nn.Module) -> bool:
-    """Whether mace built `sc` with the reduced (cuequivariance) CG basis."""
+    """Whether mace built `sc` with the reduced (cuequivariance) CG basis: every output irrep's
+    U tensor is the reduced one (one alone can be the same in both bases: the scalar output's of
+    a correlation-2 contraction, whose vector output has 4 paths in the original basis and 2 in
+    the reduced one)."""
     from mace.tools.cg import U_matrix_real
 
-    contraction, irrep = sc.contractions[0], sc.irreps_out[0].ir
-    nu = contraction.correlation
-    u = u_matrix_float64(contraction, irrep, nu)
-    reduced = U_matrix_real(contraction.coupling_irreps, o3.Irreps(str(irrep)), nu,
-                            use_cueq_cg=True, dtype=torch.float64)[-1]
-    return reduced.shape == u.shape and torch.allclose(reduced, u, atol=1e-6)
+    for contraction, mul_ir in zip(sc.contractions, sc.irreps_out, strict=True):
+        nu = contraction.correlation
+        u = u_matrix_float64(contraction, mul_ir.ir, nu)
+        reduced = U_matrix_real(contraction.coupling_irreps, o3.Irreps(str(mul_ir.ir)), nu,
+                                use_cueq_cg=True, dtype=torch.float64)[-1]
+        if reduced.shape != u.shape or not torch.allclose(reduced, u, atol=1e-6):
+            return False
+    return True
 
 
 class SymmetricContractionCueq(torch.nn.Module):
