@@ -1,5 +1,5 @@
 """`cfmtrain bench <name>`: dispatch to one benchmark module (graphs, balance, kernels, accuracy,
-loader, isa, md, host, compare, scale).
+loader, isa, md, host, compare, scale, gpu).
 
 Only the chosen module is imported: each pulls in heavy libraries of its own.
 """
@@ -20,6 +20,7 @@ BENCHMARKS = {
     "host": "cfmtrain.bench.host",
     "compare": "cfmtrain.bench.compare",
     "scale": "cfmtrain.bench.scale",
+    "gpu": "cfmtrain.bench.gpu",
 }
 
 
