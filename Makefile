@@ -9,7 +9,17 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 # running Snakemake, several processes, the local Slurm, or long.
 FAST := not slow and not workflow and not dist and not slurm
 
-.PHONY: setup run check test lint
+.PHONY: setup run check test lint gpu-wheels gpu-check
+
+# GPU nodes (docs/gpu.md). `make gpu-wheels` downloads the wheels an offline node needs, all but
+# torch (the node's own): PYTHON_VERSION (the node's), CUDA (cu12 or cu13, its torch's),
+# GPU_WHEELS (the folder). `make gpu-check` checks cuEquivariance on the GPU and times it
+# (results/bench/gpu_check.csv), in GPU_VENV where scripts/gpu_node_setup.sh made it, else in
+# .venv (CFMTRAIN_TORCH=cu126 make setup); without a GPU only its CPU part runs.
+PYTHON_VERSION ?= 3.12
+CUDA ?= cu12
+GPU_WHEELS ?= gpu-wheels
+GPU_VENV ?= .venv-gpu
 
 setup:
 	bash scripts/setup.sh
@@ -43,3 +53,11 @@ lint:
 	ruff check .
 	lint-imports
 	bash scripts/check_workflow.sh --lint-only
+
+gpu-wheels: setup
+	python scripts/gpu_wheels.py --python-version $(PYTHON_VERSION) --cuda $(CUDA) \
+	    --dest $(GPU_WHEELS)
+
+gpu-check:
+	@if [ -x $(GPU_VENV)/bin/python ]; then py=$(GPU_VENV)/bin/python; else py=python; fi; \
+	    echo "$$py -m cfmtrain bench gpu"; $$py -m cfmtrain bench gpu

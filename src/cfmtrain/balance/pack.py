@@ -24,14 +24,16 @@ import numpy as np
 from cfmtrain.balance import portable
 from cfmtrain.balance.plan import Plan
 
-try:
-    from cfmtrain import _balance
-except ImportError:  # an install without the compiled extension
-    _balance = None
+NO_EXTENSION = "CFMTRAIN_NO_EXTENSION"  # =1: an install without the compiled extension
+_balance = None
+if os.environ.get(NO_EXTENSION) != "1":  # (one built in a shared checkout is another host's)
+    try:
+        from cfmtrain import _balance
+    except ImportError:  # an install without the compiled extension
+        pass
 
 COMPILED, PORTABLE = "compiled", "portable"
 _use_portable = False  # set once a training on a device other than the CPU asked for it
-NO_EXTENSION = "CFMTRAIN_NO_EXTENSION"  # =1: an install without the compiled extension
 
 Oversize = Literal["error", "own_bin"]
 OVERSIZE_FILL = 0.85  # a large graph's step is built only if its partner bins reach this share

@@ -14,11 +14,10 @@ import warnings
 
 import torch
 
-from cfmtrain.kernels.backend import BUILD_HINT, compiled_ops, is_built
+from cfmtrain.kernels.backend import BUILD_HINT, NO_EXTENSION, compiled_ops, is_built
 
 LIBRARY = "cfmtrain._ops_batch_assembly"
 COMPILED, TORCH = "compiled", "torch"
-NO_EXTENSION = "CFMTRAIN_NO_EXTENSION"  # =1: an install without the compiled extension
 _warned: set[str] = set()
 
 

@@ -11,6 +11,7 @@ and is not meant to be fast.
 from __future__ import annotations
 
 import importlib.util
+import os
 import warnings
 
 import torch
@@ -35,8 +36,15 @@ def load_ops(name: str) -> None:
     isa.record(name, variant)
 
 
+NO_EXTENSION = "CFMTRAIN_NO_EXTENSION"  # =1: an install without the compiled extension
+
+
 def is_built(name: str) -> bool:
-    """Whether op library `name` (its generic build, which setup.py always makes) is built."""
+    """Whether op library `name` (its generic build, which setup.py always makes) is built and
+    this install uses it: CFMTRAIN_NO_EXTENSION=1 (a GPU node's install) ignores any that lies in
+    a shared checkout, built for another host's torch."""
+    if os.environ.get(NO_EXTENSION) == "1":
+        return False
     return importlib.util.find_spec(name) is not None
 
 
