@@ -33,6 +33,7 @@ from cfmtrain.train import resume, summary
 from cfmtrain.train.build import Run
 from cfmtrain.train.config import TrainConfig
 from cfmtrain.train.diskfull import writing
+from cfmtrain.train.epochs import EPOCH_FIELDS, EpochRecord
 from cfmtrain.train.loop import StopFlag, epoch_steps, evaluate, world_size
 from cfmtrain.train.metrics import ErrorSums
 from cfmtrain.train.steps import STEP_FIELDS, StepRecord
@@ -59,7 +60,7 @@ class Recorder:
             summary.write_rows(path, STEP_FIELDS, kept)
             self.epoch_rows = [r for r in kept if int(r["epoch"]) == epoch]
         # an epochs.csv of an older version lacks the later columns: empty there
-        self.epochs = [{k: r.get(k, "") for k in summary.EPOCH_FIELDS}
+        self.epochs = [{k: r.get(k, "") for k in EPOCH_FIELDS}
                        for r in summary.read_rows(out / "epochs.csv")
                        if int(r["epoch"]) < epoch] if is_main else []
 
@@ -90,7 +91,7 @@ class Recorder:
     def add_epoch(self, row: dict) -> None:
         if self.is_main:
             self.epochs.append(row)
-            summary.write_rows(self.out / "epochs.csv", summary.EPOCH_FIELDS, self.epochs)
+            summary.write_rows(self.out / "epochs.csv", EPOCH_FIELDS, self.epochs)
 
 
 def _checkpoint(run: Run, epoch: int, done: int, elapsed_s: float, pending: list,
@@ -191,18 +192,18 @@ def _end_epoch(run: Run, epoch: int, wall: float, resumed: bool, recorder: Recor
     if run.env.rank == 0:
         records = recorder.epoch_records(epoch)
         ratio, wait = summary.compute_balance(records, run.env.world_size)
-        atoms = float(records[:, 4].sum())
-        recorder.add_epoch({
-            "epoch": epoch, "wall_s": wall, "valid_s": valid_s,
-            "steps": len(records) // run.env.world_size, "resumed": int(resumed),
-            "lr": run.optimizer.param_groups[0]["lr"], "train_loss": train["loss"],
-            "train_mae_energy_per_atom": train["mae_energy_per_atom"],
-            "train_mae_forces": train["mae_forces"], "valid_loss": valid["loss"],
-            "valid_mae_energy_per_atom": valid["mae_energy_per_atom"],
-            "valid_mae_forces": valid["mae_forces"], "atoms": int(atoms),
-            "atoms_per_s": atoms / wall if wall > 0 else math.nan,
-            "compute_max_over_mean": ratio, "wait_mean_s": wait,
-            "ended_unix_s": time.time()})  # when validation ended: places the epoch in time
+        atoms = float(records[:, STEP_FIELDS.index(StepRecord.col.atoms)].sum())
+        recorder.add_epoch(EpochRecord(
+            epoch=epoch, wall_s=wall, valid_s=valid_s,
+            steps=len(records) // run.env.world_size, resumed=int(resumed),
+            lr=run.optimizer.param_groups[0]["lr"], train_loss=train["loss"],
+            train_mae_energy_per_atom=train["mae_energy_per_atom"],
+            train_mae_forces=train["mae_forces"], valid_loss=valid["loss"],
+            valid_mae_energy_per_atom=valid["mae_energy_per_atom"],
+            valid_mae_forces=valid["mae_forces"], atoms=int(atoms),
+            atoms_per_s=atoms / wall if wall > 0 else math.nan,
+            compute_max_over_mean=ratio, wait_mean_s=wait,
+            ended_unix_s=time.time()).row())  # when validation ended: places the epoch in time
         said = (f", valid MAE E {1000 * valid['mae_energy_per_atom']:.2f} meV/atom, "
                 f"F {1000 * valid['mae_forces']:.1f} meV/Å" if validated else ", not validated")
         print(f"epoch {epoch}: {wall:.1f} s, train loss {train['loss']:.4g}{said}",

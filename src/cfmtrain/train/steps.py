@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from cfmtrain.tables import Record
+
 
 @dataclasses.dataclass(frozen=True)
-class StepRecord:
+class StepRecord(Record):
     """One rank's step (seconds for the times; train.metrics.StepTimes measures them).
 
     wait_s: the straggler wait (end of local backward until every rank is there); allreduce_s:
@@ -34,11 +36,10 @@ class StepRecord:
     cpu_s: float
     compute_cpu_s: float
 
-    def row(self) -> dict[str, int | float]:
-        """The record as a row of steps.csv (column: value)."""
-        return {name: getattr(self, name) for name in STEP_FIELDS}
+    TABLE = "steps.csv"
+    WRITER = "`cfmtrain train`"
+    # The CPU times came later: a steps.csv of an older version lacks them.
+    OPTIONAL = ("cpu_s", "compute_cpu_s")
 
 
-STEP_FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(StepRecord))
-# The CPU times came later: a steps.csv of an older version lacks them (its readers take NaN).
-CPU_FIELDS = ("cpu_s", "compute_cpu_s")
+STEP_FIELDS: tuple[str, ...] = StepRecord.columns()

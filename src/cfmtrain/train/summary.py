@@ -1,5 +1,6 @@
-"""Run outputs written by rank 0: steps.csv, epochs.csv, test_mae.csv and summary.json with the
-provenance (commit, package versions, kernel backend, op-library build, threads, dtype).
+"""Run outputs written by rank 0: steps.csv, epochs.csv (their records: train.steps,
+train.epochs), test_mae.csv and summary.json with the provenance (commit, package versions,
+kernel backend, op-library build, threads, dtype).
 """
 
 from __future__ import annotations
@@ -25,10 +26,6 @@ from cfmtrain.train.diskfull import appending, writing
 from cfmtrain.train.steps import STEP_FIELDS
 
 PACKAGES = ("cfmtrain", "torch", "mace-torch", "e3nn", "numpy", "cuequivariance-torch")
-EPOCH_FIELDS = ("epoch", "wall_s", "valid_s", "steps", "resumed", "lr", "train_loss",
-                "train_mae_energy_per_atom", "train_mae_forces", "valid_loss",
-                "valid_mae_energy_per_atom", "valid_mae_forces", "atoms", "atoms_per_s",
-                "compute_max_over_mean", "wait_mean_s", "ended_unix_s")
 FIRST_TIMED_EPOCH = 1  # the first epoch (index 0) is warm-up, left out of the epoch time
 
 
