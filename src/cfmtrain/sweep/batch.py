@@ -3,10 +3,35 @@ molecules of the data set, in float32 and float64; out-of-memory points recorded
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
-import pandas as pd
 
 from cfmtrain.sweep.series import run_series
+from cfmtrain.tables import Record
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPoint(Record):
+    """One batch of the sweep: its molecules (small or large, from `subset`), dtype, graphs
+    (of them distinct: a small subset is cycled), atoms and edges; the median seconds of its
+    training steps and the peak RSS (MB) when `status` is ok, else oom, error (`error` says
+    what) or skipped (a smaller batch of its series ran out of memory)."""
+
+    molecules: str
+    subset: str
+    dtype: str
+    graphs: int
+    distinct_graphs: int
+    atoms: int
+    edges: int
+    step_s: float
+    status: str
+    peak_rss_mb: float
+    error: str
+
+    TABLE = "batch-size sweep table"
+    WRITER = "`cfmtrain sweep batch`"
 
 
 def pick_graphs(subsets: np.ndarray, names: list[str], subset: str, count: int,
@@ -21,7 +46,7 @@ def pick_graphs(subsets: np.ndarray, names: list[str], subset: str, count: int,
 
 def batch_sweep(store, split: str, molecules: dict[str, str], sizes: dict[str, list[int]],
                 dtypes: list[str], overrides: list[str], repeats: int, budget_mb: int,
-                threads: int, seed: int = 0) -> pd.DataFrame:
+                threads: int, seed: int = 0) -> list[BatchPoint]:
     """One subprocess per dtype; in it one group of growing batches per kind of molecule."""
     batches, labels, groups = [], [], []
     for group, (kind, subset) in enumerate(molecules.items()):
@@ -42,6 +67,4 @@ def batch_sweep(store, split: str, molecules: dict[str, str], sizes: dict[str, l
             print(f"  {row['molecules']:6s} {dtype} {row['graphs']:4d} graphs {row['atoms']:6d} "
                   f"atoms: {row['status']} {row.get('step_s', float('nan')):.3f} s", flush=True)
         rows += series
-    columns = ["molecules", "subset", "dtype", "graphs", "distinct_graphs", "atoms", "edges",
-               "step_s", "status", "peak_rss_mb", "error"]
-    return pd.DataFrame(rows).reindex(columns=columns)
+    return [BatchPoint.of(row) for row in rows]

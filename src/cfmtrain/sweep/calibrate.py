@@ -5,20 +5,47 @@ or the fused kernels), on batches of sparse and of dense graphs so that atoms an
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
-import pandas as pd
 
 from cfmtrain.paper import BASELINE, KERNEL
 from cfmtrain.sweep.capacity import fill_bin
 from cfmtrain.sweep.series import run_series
+from cfmtrain.tables import Record
 
 # One variant per compute path: the step of a variant depends on its kernels only (the balancer
 # changes which graphs form a batch, not the cost of a batch); cfmtrain.train.config decides.
 PATHS = {"mace": BASELINE.name, "fused": KERNEL.name}
 MIN_TIME_S = 3.0  # timed seconds per point at least (small batches: more steps)
 MAX_REPEATS = 15
-COLUMNS = ["kernels", "variant", "pool", "target_atoms", "graphs", "atoms", "edges", "step_s",
-           "step_min_s", "step_max_s", "step_cpu_s", "repeats", "status", "error"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationPoint(Record):
+    """One batch timed on one compute path (`kernels`: mace or fused, through `variant`): its
+    pool (sparse or dense graphs), the atoms it was filled to, its graphs, atoms and edges;
+    when `status` is ok the median, min and max wall seconds of its training steps and the
+    median CPU seconds of the training thread over `repeats` steps, else oom, error (`error`
+    says what) or skipped. The simulator fits its cost laws on step_cpu_s."""
+
+    kernels: str
+    variant: str
+    pool: str
+    target_atoms: int
+    graphs: int
+    atoms: int
+    edges: int
+    step_s: float
+    step_min_s: float
+    step_max_s: float
+    step_cpu_s: float
+    repeats: int
+    status: str
+    error: str
+
+    TABLE = "calibration table"
+    WRITER = "`cfmtrain sweep calibrate`"
 
 
 def calibration_batches(atoms: np.ndarray, edges: np.ndarray, train: np.ndarray,
@@ -51,7 +78,7 @@ def calibration_batches(atoms: np.ndarray, edges: np.ndarray, train: np.ndarray,
 
 def calibration_sweep(store, split: str, train: np.ndarray, targets: list[int],
                       overrides: list[str], repeats: int, threads: int,
-                      seed: int = 0) -> pd.DataFrame:
+                      seed: int = 0) -> list[CalibrationPoint]:
     """One subprocess per compute path, timing at least `repeats` steps of every batch, more
     (up to MAX_REPEATS) until MIN_TIME_S of steps, with the training settings `overrides` (the
     cells' model and dtype); each point's median, min and max wall time and median CPU time of
@@ -73,4 +100,4 @@ def calibration_sweep(store, split: str, train: np.ndarray, targets: list[int],
             raise RuntimeError(f"calibration of the {kernels} path ({variant}): no batch was "
                                f"timed; first: {series[0]['status']} {series[0].get('error')}")
         rows += series
-    return pd.DataFrame(rows).reindex(columns=COLUMNS)
+    return [CalibrationPoint.of(row) for row in rows]

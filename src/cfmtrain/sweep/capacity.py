@@ -4,10 +4,36 @@ memory, and the smallest capacity whose throughput is within `tolerance` of the 
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import numpy as np
 import pandas as pd
 
 from cfmtrain.sweep.series import run_series
+from cfmtrain.tables import Record
+
+
+@dataclasses.dataclass(frozen=True)
+class CapacityPoint(Record):
+    """One bin of the sweep: the dtype, the capacity (atoms) it was filled to, its graphs,
+    atoms and edges; when `status` is ok the median seconds of its training steps, the
+    throughput (atoms per second) and the peak RSS (MB), else oom, error (`error` says what) or
+    skipped."""
+
+    dtype: str
+    capacity: int
+    graphs: int
+    atoms: int
+    edges: int
+    step_s: float
+    atoms_per_s: float
+    status: str
+    peak_rss_mb: float
+    error: str
+
+    TABLE = "capacity sweep table"
+    WRITER = "`cfmtrain sweep capacity`"
 
 
 def fill_bin(atoms: np.ndarray, candidates: np.ndarray, capacity: int) -> list[int]:
@@ -26,7 +52,7 @@ def fill_bin(atoms: np.ndarray, candidates: np.ndarray, capacity: int) -> list[i
 
 def capacity_sweep(store, split: str, train: np.ndarray, capacities: list[int],
                    dtypes: list[str], overrides: list[str], repeats: int, budget_mb: int,
-                   threads: int, seed: int = 0) -> pd.DataFrame:
+                   threads: int, seed: int = 0) -> list[CapacityPoint]:
     """One series per dtype; each point a bin of training graphs filled to the capacity."""
     candidates = np.random.default_rng(seed).permutation(train)
     batches = [fill_bin(store.num_atoms, candidates, c) for c in sorted(capacities)]
@@ -39,11 +65,8 @@ def capacity_sweep(store, split: str, train: np.ndarray, capacities: list[int],
                 "overrides": [*overrides, f"model.dtype={dtype}"], "repeats": repeats,
                 "memory_budget_mb": budget_mb, "threads": threads}
         rows += run_series(spec, [{**lab, "dtype": dtype} for lab in labels])
-    frame = pd.DataFrame(rows)
-    frame["atoms_per_s"] = frame.atoms / frame.get("step_s", np.nan)
-    columns = ["dtype", "capacity", "graphs", "atoms", "edges", "step_s", "atoms_per_s", "status",
-               "peak_rss_mb", "error"]
-    return frame.reindex(columns=columns)
+    return [CapacityPoint.of({**row, "atoms_per_s": row["atoms"] / row.get("step_s", math.nan)})
+            for row in rows]
 
 
 def recommend(frame: pd.DataFrame, largest_graph: int, dtype: str,

@@ -12,6 +12,7 @@ from cfmtrain.atomic import atomic_path
 from cfmtrain.graphs.split import load_split
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.sweep import batch, calibrate, capacity
+from cfmtrain.tables import write_table
 from cfmtrain.train.build import load_parts
 from cfmtrain.train.config import load_config
 
@@ -73,16 +74,15 @@ def run(args: argparse.Namespace) -> int:
     common = dict(overrides=overrides, repeats=preset["repeats"],
                   budget_mb=args.memory_budget_mb, threads=args.threads)
     if args.kind == "batch":
-        frame = batch.batch_sweep(store, str(args.split), {"small": args.small_subset,
-                                                           "large": args.large_subset},
-                                  {"small": preset["small"], "large": preset["large"]},
-                                  args.dtypes, **common)
+        frame = write_table(args.output, batch.batch_sweep(
+            store, str(args.split), {"small": args.small_subset, "large": args.large_subset},
+            {"small": preset["small"], "large": preset["large"]}, args.dtypes, **common),
+            batch.BatchPoint)
     else:
         train = load_split(args.split)["train"]
-        frame = capacity.capacity_sweep(store, str(args.split), train, preset["capacities"],
-                                        args.dtypes, **common)
-    with atomic_path(args.output) as tmp:
-        frame.to_csv(tmp, index=False)
+        frame = write_table(args.output, capacity.capacity_sweep(
+            store, str(args.split), train, preset["capacities"], args.dtypes, **common),
+            capacity.CapacityPoint)
     print(frame.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if args.kind == "capacity" and args.recommendation:
         largest = int(store.num_atoms.max())
@@ -104,11 +104,10 @@ def _calibrate(args: argparse.Namespace, store, preset: dict) -> int:
         raise SystemExit("sweep calibrate: the model and dtype are the cells' (--set), not "
                          "--override/--dtypes")
     train = load_parts(store, args.split, cfg)["train"]  # the cells' training graphs
-    frame = calibrate.calibration_sweep(store, str(args.split), train, preset["calibration"],
-                                        args.settings, preset["calibration_repeats"],
-                                        cfg.threads or args.threads)
-    with atomic_path(args.output) as tmp:
-        frame.to_csv(tmp, index=False)
+    points = calibrate.calibration_sweep(store, str(args.split), train, preset["calibration"],
+                                         args.settings, preset["calibration_repeats"],
+                                         cfg.threads or args.threads)
+    frame = write_table(args.output, points, calibrate.CalibrationPoint)
     print(frame.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0
 
