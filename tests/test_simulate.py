@@ -15,11 +15,12 @@ from helpers import write_run, write_store
 from cfmtrain.simulate.allreduce import Network, ring_allreduce_s, tree_allreduce_s
 from cfmtrain.simulate.cli import kernels_of, verdict
 from cfmtrain.simulate.costmodel import CostModel, fit_cost_model
-from cfmtrain.simulate.runs import load_runs
 from cfmtrain.simulate.schedule import bins_schedule, fixed_count_schedule
 from cfmtrain.simulate.simulator import scaling_table, simulate_epoch
 from cfmtrain.simulate.sizes import Sizes, table3_mixture
 from cfmtrain.simulate.validate import cross_validate
+from cfmtrain.sweep.calibrate import CalibrationPoint
+from cfmtrain.train.runs import load_runs
 
 
 def sizes_of(atoms, edges) -> Sizes:
@@ -322,7 +323,9 @@ def simulate(tmp_path, calibration: pd.DataFrame, *extra: str) -> Path:
     runs = [write_run(tmp_path, "d", v, r, seed=r, cost=cost)
             for v, cost in (("baseline", LAW), ("kernel", fused), ("both", fused)) for r in (1, 2)]
     path = tmp_path / "calibration.csv"
-    calibration.to_csv(path, index=False)
+    # the columns the simulator does not use, empty (a calibration without `kernels` stays so)
+    unused = [c for c in CalibrationPoint.columns() if c not in calibration and c != "kernels"]
+    calibration.assign(**dict.fromkeys(unused, math.nan)).to_csv(path, index=False)
     out = tmp_path / "sim"
     code = run_command(cli, ["--runs", *map(str, runs), "--calibration", str(path),
                              "--graphs", str(store), "--total-graphs", "20000",

@@ -17,10 +17,13 @@ from cfmtrain.paper import CAPACITY, CUTOFF, PAPER_GRAPHS, PAPER_PARAMETERS, PAP
 from cfmtrain.simulate import allreduce, strategies, versus_paper
 from cfmtrain.simulate import sizes as sizes_mod
 from cfmtrain.simulate.costmodel import BAND_LEVEL, CostModel, fit_cost_model
-from cfmtrain.simulate.runs import Run, load_runs
+from cfmtrain.simulate.records import FitRow, StrategyRow, StrongRow, ValidationRow, WeakRow
 from cfmtrain.simulate.simulator import scaling_table
 from cfmtrain.simulate.validate import cross_validate, variant_models
+from cfmtrain.sweep.calibrate import CalibrationPoint
+from cfmtrain.tables import Record, read_table, records, write_table
 from cfmtrain.train.config import TrainConfig, load_config
+from cfmtrain.train.runs import Run, load_runs
 
 DEFAULT_RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, PAPER_RANKS, 1024)
 # gloo all-reduce between 2 processes over loopback on this project's 2-core host (measured with
@@ -88,9 +91,8 @@ def run(args: argparse.Namespace) -> int:
         model.model_error = verdicts[variant]["worst_validation_error"]
     out = args.output_dir
     _write_json(out / "costmodels.json", {v: dataclasses.asdict(m) for v, m in models.items()})
-    _write_csv(out / "fit.csv", pd.DataFrame([_fit_row(m, verdicts[v])
-                                              for v, m in models.items()]))
-    _write_csv(out / "validation.csv", validation)
+    write_table(out / "fit.csv", [fit_row(m, verdicts[v]) for v, m in models.items()], FitRow)
+    _write_csv(out / "validation.csv", validation, ValidationRow)
     full = _distribution(args)
     network = allreduce.Network(args.alpha, args.beta, args.algorithm)
     grad = args.parameters * allreduce.FLOAT32_BYTES
@@ -103,12 +105,13 @@ def run(args: argparse.Namespace) -> int:
         suffix = "" if case == "cpu" else f"_{case}"
         strong = _judged(scaling_table(full, plans, args.ranks, network, grad), verdicts, label)
         _write_csv(out / f"strong{suffix}.csv",
-                   strong.assign(strategy=strong.run.map(_strategy_names(args))))
+                   strong.assign(strategy=strong.run.map(_strategy_names(args))), StrongRow)
         _write_csv(out / f"weak{suffix}.csv",
-                   _judged(_weak(full, plans, args, network, grad), verdicts, label))
+                   _judged(_weak(full, plans, args, network, grad), verdicts, label), WeakRow)
         if case == "cpu":
             _write_csv(out / "strategies.csv", _judged(scaling_table(
-                full, strategy_plans(cased, args), args.ranks, network, grad), verdicts, label))
+                full, strategy_plans(cased, args), args.ranks, network, grad), verdicts, label),
+                StrategyRow)
         sections.append(versus_paper.section(f"{label[0].upper()}{label[1:]}", strong))
     text = versus_paper.markdown(sections, assumptions(args, full, models, verdicts, validation))
     with atomic_path(out / "paper.md") as tmp:
@@ -118,19 +121,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+CALIBRATION = CalibrationPoint.col
 # A step's cost is its training thread's CPU time (median over its repeats): load from other
 # processes inflates wall time, not that; the cells are validated in wall time.
-CALIBRATION_COLUMNS = ("kernels", "atoms", "edges", "step_s", "step_cpu_s", "status")
+COST = CALIBRATION.step_cpu_s
 
 
 def read_calibration(path: Path) -> pd.DataFrame:
     """The calibration's timed points (status ok); an unusable file is an error naming it."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing (written by `cfmtrain sweep calibrate`)")
-    frame = pd.read_csv(path)
-    missing = [c for c in CALIBRATION_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{path}: not a calibration table, missing columns {missing}")
+    frame = read_table(path, CalibrationPoint, empty_ok=True)
     ok = frame[frame.status == "ok"]
     if ok.empty:
         raise ValueError(f"{path}: no timed point (status ok); statuses "
@@ -141,9 +140,9 @@ def read_calibration(path: Path) -> pd.DataFrame:
 def fit_laws(points: pd.DataFrame, source: str) -> dict[str, CostModel]:
     """One cost law per compute path (`kernels`) of the calibration, fitted on CPU time."""
     laws = {}
-    for kernels, group in points.groupby("kernels"):
+    for kernels, group in points.groupby(CALIBRATION.kernels):
         try:
-            laws[str(kernels)] = fit_cost_model(group, str(kernels), [source], "step_cpu_s")
+            laws[str(kernels)] = fit_cost_model(group, str(kernels), [source], COST)
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
     return laws
@@ -276,11 +275,11 @@ def _count_parameters(run: Run) -> float:
     return float(sum(p.numel() for p in model.parameters() if p.requires_grad) * width)
 
 
-def _fit_row(model: CostModel, judged: dict) -> dict:
-    row = {**dataclasses.asdict(model), "kernels": kernels_of(model.variant), **judged}
-    row["sources"] = " ".join(row["sources"])
-    row["covariance"] = json.dumps(row["covariance"])
-    return row
+def fit_row(model: CostModel, judged: dict) -> FitRow:
+    """fit.csv's row of a variant's model and the verdict on it."""
+    return FitRow(**{**dataclasses.asdict(model), "covariance": json.dumps(model.covariance),
+                     "sources": " ".join(model.sources)},
+                  kernels=kernels_of(model.variant), **judged)
 
 
 def assumptions(args: argparse.Namespace, full: sizes_mod.Sizes, models: dict[str, CostModel],
@@ -290,7 +289,7 @@ def assumptions(args: argparse.Namespace, full: sizes_mod.Sizes, models: dict[st
         f"{v}: R² {m.r2:.3f}, mean rel. error {100 * m.mean_rel_error:.1f}% over {m.samples} "
         f"points, worst cell error {100 * verdicts[v]['worst_validation_error']:.1f}%"
         for v, m in models.items())
-    contended = (validation.contended.sum() if "contended" in validation else 0)
+    contended = (validation.contended.sum() if ValidationRow.col.contended in validation else 0)
     return [
         f"Size distribution: {full.description}; edges = atoms x measured edges per atom of "
         "each subset in the configured graph store.",
@@ -330,9 +329,9 @@ def _wall_cpu(path: Path) -> float:
     return float((points.step_s / points.step_cpu_s).median())
 
 
-def _write_csv(path: Path, frame: pd.DataFrame) -> None:
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)
+def _write_csv(path: Path, frame: pd.DataFrame, record: type[Record]) -> None:
+    """A simulator table (`frame`, with `record`'s columns exactly) as a CSV."""
+    write_table(path, records(frame, record), record)
 
 
 def _write_json(path: Path, data: dict) -> None:

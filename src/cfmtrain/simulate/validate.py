@@ -20,9 +20,12 @@ import pandas as pd
 from cfmtrain.dist.contention import Thresholds, compute_wall_cpu
 from cfmtrain.simulate.allreduce import Network
 from cfmtrain.simulate.costmodel import CostModel
-from cfmtrain.simulate.runs import Run
+from cfmtrain.train.runs import Run
+from cfmtrain.train.steps import StepRecord
 
-LOCAL_WORK = ("compute_s", "optim_s")  # a rank's own work in a step: forward+backward, optimiser
+STEP = StepRecord.col
+LOCAL_WORK = (STEP.compute_s, STEP.optim_s)  # a rank's own work in a step: forward+backward,
+                                             # optimiser
 
 
 def local_work_s(steps: pd.DataFrame) -> np.ndarray:
@@ -80,17 +83,17 @@ def predict_run(run: Run, model: CostModel, network: Network,
     (cpu_rel_error). `validation_error` is the epoch's error, or for a contended cell the CPU's.
     """
     steps = timed_steps(run)
-    if "compute_cpu_s" not in steps:  # a step log from before CPU times were recorded
+    if STEP.compute_cpu_s not in steps:  # a step log from before CPU times were recorded
         steps = steps.assign(compute_cpu_s=np.nan)
     steps = steps.assign(work=model.step_s(steps.atoms, steps.edges),
                          compute=model.compute_s(steps.atoms, steps.edges),
                          measured_work=steps.data_s.to_numpy() + local_work_s(steps),
                          measured_cpu=steps.compute_cpu_s + steps.optim_s)
-    per_step = steps.groupby(["epoch", "step"]).agg(
-        measured=("step_s", "max"), measured_work=("measured_work", "max"),
+    per_step = steps.groupby([STEP.epoch, STEP.step]).agg(
+        measured=(STEP.step_s, "max"), measured_work=("measured_work", "max"),
         predicted_work=("work", "max"), measured_cpu=("measured_cpu", "max"),
         predicted_compute=("compute", "max"))
-    epochs = per_step.groupby("epoch").agg(["sum", "size"])
+    epochs = per_step.groupby(STEP.epoch).agg(["sum", "size"])
     nbytes = gradient_bytes(run) if callable(gradient_bytes) else gradient_bytes
     reduce_s = network.allreduce_s(run.ranks, nbytes) if run.ranks > 1 else 0.0
     measured = epochs[("measured", "sum")].mean()
@@ -100,9 +103,8 @@ def predict_run(run: Run, model: CostModel, network: Network,
     step_err = np.abs(per_step.predicted_work - per_step.measured_work) / per_step.measured_work
     cpu = epochs[("measured_cpu", "sum")].mean()
     ratio = compute_wall_cpu(steps.to_dict("records"), int(steps.epoch.min()))[1]
-    contended = (bool(run.summary.get("contended", False))
-                 or ratio > Thresholds().max_wall_cpu_ratio)
-    waited = contended and waited_for_cores(run.summary, ratio)
+    contended = run.contended or ratio > Thresholds().max_wall_cpu_ratio
+    waited = contended and waited_for_cores(run, ratio)
     epoch_error = (predicted - measured) / measured
     # steps.csv of an older version has no CPU times (0 or NaN here): no CPU-time error then
     cpu_error = ((epochs[("predicted_compute", "sum")].mean() - cpu) / cpu if cpu > 0
@@ -121,16 +123,16 @@ def predict_run(run: Run, model: CostModel, network: Network,
             "threads": run.summary.get("provenance", {}).get("threads", np.nan)}
 
 
-def waited_for_cores(summary: dict, wall_cpu_ratio: float) -> bool:
+def waited_for_cores(run: Run, wall_cpu_ratio: float) -> bool:
     """Whether a contended cell waited for cores: its steps' compute wall/CPU above the threshold,
     or a repeat it reports with compute wall/CPU or steal above the cell's thresholds; a summary
     without per-repeat measures (older, or a single run) counts as waiting when flagged at all."""
-    limits = Thresholds(**summary.get("contention_thresholds") or {})
+    limits = Thresholds(**run.summary.get("contention_thresholds") or {})
     if wall_cpu_ratio > limits.max_wall_cpu_ratio:
         return True
-    repeats = [r for r in summary.get("repeats") or [] if r.get("used", True)]
+    repeats = [r for r in run.repeats if r.get("used", True)]
     if not repeats:
-        return bool(summary.get("contended", False))
+        return run.contended
 
     def above(value, limit: float) -> bool:
         return value is not None and float(value) > limit
