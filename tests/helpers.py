@@ -35,16 +35,13 @@ from mace.tools import torch_geometric
 from cfmtrain.graphs.build import atoms_to_graph
 from cfmtrain.graphs.split import split_indices
 from cfmtrain.graphs.store import GraphStore, write_shard
+from cfmtrain.measure.group_tables import PairedRecord, RoundRecord, paired_rows, round_rows
 from cfmtrain.measure.paired import Rounds
-from cfmtrain.measure.rounds import (
-    PAIRED_COLUMNS,
-    ROUND_COLUMNS,
-    paired_rows,
-    round_rows,
-    write_csv,
-)
-from cfmtrain.simulate.runs import STEP_COLUMNS
+from cfmtrain.simulate.records import StrongRow
+from cfmtrain.tables import write_table
 from cfmtrain.train import cli
+from cfmtrain.train.epochs import EpochRecord
+from cfmtrain.train.steps import StepRecord
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -264,7 +261,8 @@ def leftovers(folder) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # result folders written by hand: training runs, cell summaries, simulator tables, goals
 
-STEP_FIELDS = STEP_COLUMNS  # steps.csv's columns without the CPU times (readers take NaN)
+# steps.csv's columns without the CPU times (an older version's: readers take NaN)
+STEP_FIELDS = [c for c in StepRecord.columns() if c not in StepRecord.OPTIONAL]
 
 
 def write_run(root: Path, dataset: str, variant: str, ranks: int, *, cost=(0.05, 2e-3, 1e-4),
@@ -303,7 +301,8 @@ def write_run(root: Path, dataset: str, variant: str, ranks: int, *, cost=(0.05,
         epoch_rows.append({"epoch": epoch, "wall_s": wall, "train_loss": 5.0 / (1 + epoch),
                            "valid_loss": 6.0 / (1 + epoch)})
     pd.DataFrame(rows, columns=STEP_FIELDS).to_csv(folder / "steps.csv", index=False)
-    pd.DataFrame(epoch_rows).to_csv(folder / "epochs.csv", index=False)
+    pd.DataFrame(epoch_rows, columns=EpochRecord.columns()).to_csv(folder / "epochs.csv",
+                                                                   index=False)
     times = [e["wall_s"] for e in epoch_rows]
     summary = {"variant": variant, "ranks": ranks, "epochs": epochs,
                "epoch_time_s": float(np.mean(times[1:] if len(times) > 1 else times)),
@@ -364,7 +363,11 @@ def write_simulated(path, supported=None, reason="", band=True):
                 row.update(supported=supported, unsupported_reason=reason)
             rows.append(row)
     rows.append({**rows[-1], "run": "lpt (both cost)"})  # an extra strategy row: left out
-    pd.DataFrame(rows).to_csv(path, index=False)
+    # the other columns empty; a table from before the band or the verdict lacks those
+    left_out = (() if band else ("epoch_s_low", "epoch_s_high")) + (
+        () if supported is not None else ("case", "supported", "unsupported_reason"))
+    columns = [c for c in StrongRow.columns() if c not in left_out]
+    pd.DataFrame(rows, columns=columns).to_csv(path, index=False)
     return path
 
 
@@ -397,6 +400,6 @@ def write_goal_run(root, times=GOOD, width=0.02, widths=None):
         rounds = goal_rounds(variants, width, (widths or {}).get((dataset, ranks)))
         folder = root / "train" / dataset / f"r{ranks}"
         folder.mkdir(parents=True, exist_ok=True)
-        write_csv(folder / "rounds.csv", ROUND_COLUMNS, round_rows(rounds))
-        write_csv(folder / "paired.csv", PAIRED_COLUMNS, paired_rows(rounds, dataset, ranks))
+        write_table(folder / "rounds.csv", round_rows(rounds), RoundRecord)
+        write_table(folder / "paired.csv", paired_rows(rounds, dataset, ranks), PairedRecord)
     return root

@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 from helpers import goal_rounds, summary, write_run, write_simulated, write_store
 
-from cfmtrain.measure.rounds import PAIRED_COLUMNS, paired_rows, write_csv
+from cfmtrain.measure.group_tables import PairedRecord, paired_rows
 from cfmtrain.plots import cells, cli, ratios, simulated
+from cfmtrain.tables import write_table
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def test_a_groups_paired_ratios_give_its_speedups_and_their_range(ablation_cells
     rounds = goal_rounds({"baseline": 10.0, "balancer": 8.0, "both": 4.0}, width=0.05)
     paired = tmp_path / "mini_s" / "r1" / "paired.csv"
     paired.parent.mkdir(parents=True)
-    write_csv(paired, PAIRED_COLUMNS, paired_rows(rounds, "mini_s", 1))
+    write_table(paired, paired_rows(rounds, "mini_s", 1), PairedRecord)
     table = cells.speedup_table(*cells.read_inputs([*ablation_cells, paired]))
     row = table.set_index(["dataset", "variant"])
     expected = {v: np.quantile(rounds.times("baseline") / rounds.times(v), [0.1, 0.5, 0.9])
@@ -194,8 +195,9 @@ def test_every_measured_figure_writes_its_table(ablation_cells, tmp_path):
 
 
 def test_sweep_and_simulated_figures_write_their_tables(tmp_path):
-    rows = [{"molecules": m, "subset": "s", "dtype": d, "graphs": g, "atoms": g * a,
-             "edges": 0, "step_s": 0.1 + g * a * 1e-4, "status": "oom" if g * a > 2000 else "ok"}
+    rows = [{"molecules": m, "subset": "s", "dtype": d, "graphs": g, "distinct_graphs": g,
+             "atoms": g * a, "edges": 0, "step_s": 0.1 + g * a * 1e-4,
+             "status": "oom" if g * a > 2000 else "ok", "peak_rss_mb": 100.0, "error": ""}
             for m, a in (("small", 20), ("large", 500)) for d in ("float32", "float64")
             for g in (1, 2, 4, 8)]
     pd.DataFrame(rows).to_csv(tmp_path / "batch.csv", index=False)
@@ -203,7 +205,8 @@ def test_sweep_and_simulated_figures_write_their_tables(tmp_path):
     assert fig11.step_s.tolist() == pytest.approx([r["step_s"] for r in rows])
     assert (fig11.status == "oom").sum() == 2  # 8 large molecules, each dtype
     rows = [{"dtype": d, "capacity": c, "graphs": 5, "atoms": c, "edges": 0, "step_s": c / 1e3,
-             "atoms_per_s": 1e3 * min(c, 800) / c, "status": "ok"}
+             "atoms_per_s": 1e3 * min(c, 800) / c, "status": "ok", "peak_rss_mb": 100.0,
+             "error": ""}
             for d in ("float32", "float64") for c in (256, 512, 1024)]
     pd.DataFrame(rows).to_csv(tmp_path / "capacity.csv", index=False)
     (tmp_path / "capacity.json").write_text('{"recommended_capacity": 512}')

@@ -31,11 +31,13 @@ import numpy as np
 from cfmtrain.atomic import atomic_path
 from cfmtrain.dist import contention
 from cfmtrain.dist.launch import run_child, summary_written
+from cfmtrain.train.runs import RunSummary, epoch_times
 
 # A repeat's outputs that the cell's folder keeps at its top level (readers of a cell use them).
 PUBLISHED = ("final.model", "steps.csv", "epochs.csv", "test_mae.csv", "config.json")
 HOST_KEYS = ("loadavg_start", "loadavg_end", "steal_start", "steal_end")
 PROBE_KEYS = ("probe_start_s", "probe_end_s")  # the slowest rank's speed probe
+S = RunSummary.col  # summary.json's keys that other stages read
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,12 +92,12 @@ def repeat_record(k: int, summary: dict, limits: contention.Thresholds,
     host = repeat_host(summary)
     steal = contention.steal_fraction(host)
     why = contention.verdict(host["wall_cpu_ratio"], steal, limits, probe_slowdown, cpu_slowdown)
-    return {"repeat": k, "epoch_time_s": _number(summary["epoch_time_s"]),
+    return {"repeat": k, S.epoch_time_s: _number(summary[S.epoch_time_s]),
             "cpu_time_s": host["cpu_time_s"], "wall_cpu_ratio": host["wall_cpu_ratio"],
             **{key: host[key] for key in HOST_KEYS}, "steal_fraction": steal,
             "probe_s": _probe(host), "probe_slowdown": probe_slowdown,
             "cpu_slowdown": cpu_slowdown,
-            "contended": bool(why), "contended_because": why,
+            S.contended: bool(why), "contended_because": why,
             "resumed_epochs": summary.get("resumed_epochs", [])}
 
 
@@ -124,15 +126,14 @@ def aggregate(summaries: list[dict], limits: contention.Thresholds) -> tuple[dic
     cpu = contention.slowdowns([[host["cpu_time_s"]] for host in hosts])
     records = [repeat_record(k, s, limits, slow, cpu_slow) for k, (s, slow, cpu_slow)
                in enumerate(zip(summaries, slowdowns, cpu, strict=True), start=1)]
-    if not all(math.isfinite(r["epoch_time_s"]) for r in records):
-        bad = [r["repeat"] for r in records if not math.isfinite(r["epoch_time_s"])]
+    if not all(math.isfinite(r[S.epoch_time_s]) for r in records):
+        bad = [r["repeat"] for r in records if not math.isfinite(r[S.epoch_time_s])]
         raise ValueError(f"repeats {bad} have no epoch time (no epoch trained?)")
-    times = np.array([r["epoch_time_s"] for r in records])
+    times = np.array([r[S.epoch_time_s] for r in records])
     middle = int(np.argsort(times, kind="stable")[(len(times) - 1) // 2])
     cell = {key: v for key, v in summaries[middle].items() if key != "host"}
-    cell.update({"epoch_time_s": float(np.median(times)), "epoch_time_min_s": float(times.min()),
-                 "epoch_time_max_s": float(times.max()), "repeats": records,
-                 "contended": any(r["contended"] for r in records),
+    cell.update({**epoch_times(times), S.repeats: records,
+                 S.contended: any(r[S.contended] for r in records),
                  "outputs_of_repeat": middle + 1,
                  "contention_thresholds": dataclasses.asdict(limits)})
     return cell, middle
@@ -187,10 +188,10 @@ def run(args: argparse.Namespace) -> int:
     publish(folder / f"rep{middle + 1}", folder)
     write_json(folder / "summary.json", cell)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # complete: a late stop must not fail it
-    flagged = [r["repeat"] for r in cell["repeats"] if r["contended"]]
-    print(f"cfmtrain cell: {folder}: epoch {cell['epoch_time_s']:.3f} s (median of "
-          f"{len(summaries)} repeats, {cell['epoch_time_min_s']:.3f}-"
-          f"{cell['epoch_time_max_s']:.3f} s)"
+    flagged = [r["repeat"] for r in cell[S.repeats] if r[S.contended]]
+    print(f"cfmtrain cell: {folder}: epoch {cell[S.epoch_time_s]:.3f} s (median of "
+          f"{len(summaries)} repeats, {cell[S.epoch_time_min_s]:.3f}-"
+          f"{cell[S.epoch_time_max_s]:.3f} s)"
           + (f"; contended repeats {flagged}" if flagged else ""), file=sys.stderr)
     return 0
 

@@ -24,32 +24,34 @@ afresh when run again, as rounds measured across a stop would not be paired.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import signal
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from cfmtrain.atomic import atomic_path
 from cfmtrain.dist import distenv
-from cfmtrain.measure.paired import Ratio, Rounds, run_interleaved
-from cfmtrain.paper import ABLATION, BASELINE, BOTH, VARIANTS
+from cfmtrain.measure.group_tables import (
+    REFERENCE,
+    PairedRecord,
+    RoundRecord,
+    paired_rows,
+    round_rows,
+)
+from cfmtrain.measure.paired import Rounds, run_interleaved
+from cfmtrain.paper import ABLATION, VARIANTS
+from cfmtrain.tables import write_table
 from cfmtrain.train import cli as train_cli
 from cfmtrain.train.build import build_run
 from cfmtrain.train.checkpoint import CHECKPOINT, PREVIOUS
 from cfmtrain.train.config import ConfigError, TrainConfig, load_config, to_dict
+from cfmtrain.train.epochs import EpochRecord
 from cfmtrain.train.loop import StopFlag
 from cfmtrain.train.model import check_model_config
 from cfmtrain.train.runner import Progress, Turns, begin, end, next_epoch_turns
+from cfmtrain.train.runs import epoch_times
 from cfmtrain.train.summary import FIRST_TIMED_EPOCH, write_json
 
-REFERENCE, BEST = BASELINE.name, BOTH.name
 PLAN = 0  # every epoch of a group replays its sampler's first epoch: each round, the same work
-PAIRED_COLUMNS = ("dataset", "ranks", "variant", "reference", "epoch_time_s", "ratio_median",
-                  "ratio_p10", "ratio_p90", "rounds", "spread", "seed")
-ROUND_COLUMNS = ("round", "position", "variant", "epoch_s", "wall_s", "cpu_s")
 
 
 class Stopped(Exception):
@@ -98,45 +100,13 @@ def configs(args: argparse.Namespace) -> dict[str, TrainConfig]:
     return cfgs
 
 
-def paired_rows(rounds: Rounds, dataset: str, ranks: int) -> list[dict]:
-    """paired.csv: every variant against the baseline (itself: 1), then `both` against each
-    other variant."""
-    pairs = [(REFERENCE, v) for v in rounds.names]
-    if BEST in rounds.names:
-        pairs += [(v, BEST) for v in rounds.names if v not in (REFERENCE, BEST)]
-    rows = []
-    for reference, variant in pairs:
-        ratio = (Ratio.of(np.ones(len(rounds.seconds))) if reference == variant
-                 else rounds.ratio(reference, variant))
-        rows.append({"dataset": dataset, "ranks": ranks, "variant": variant,
-                     "reference": reference,
-                     "epoch_time_s": float(np.median(rounds.times(variant))),
-                     **ratio.columns(), "spread": ratio.spread, "seed": rounds.seed})
-    return rows
-
-
-def round_rows(rounds: Rounds) -> list[dict]:
-    """rounds.csv: one row per round and variant: its place in the round's shuffled order
-    (which breaks ties of the interleaving), its epoch time (its own steps), and the wall and
-    CPU seconds of all its turns (validation included)."""
-    return rounds.rows("variant", "epoch_s")
-
-
-def write_csv(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
-    """A CSV, atomically."""
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def _epoch_arm(progress: Progress, stop: StopFlag, main: bool):
     """One epoch of a variant as turns of one step each; its epoch time (its own steps only,
     validation left out; rank 0), else None."""
     def arm() -> Turns[float | None]:
         if not (yield from next_epoch_turns(progress, stop)):
             raise Stopped
-        return float(progress.recorder.epochs[-1]["wall_s"]) if main else None
+        return float(progress.recorder.epochs[-1][EpochRecord.col.wall_s]) if main else None
     return arm
 
 
@@ -164,9 +134,7 @@ def train_group(args: argparse.Namespace, cfgs: dict[str, TrainConfig], env, dev
     rounds = run_interleaved(arms, timed, seed=args.seed, warmup=FIRST_TIMED_EPOCH)
     for variant, p in progress.items():
         times = rounds.times(variant)
-        end(p, {"epoch_time_s": float(np.median(times)), "epoch_time_min_s": float(times.min()),
-                "epoch_time_max_s": float(times.max()), "rounds": int(len(times)),
-                "round_seed": args.seed})
+        end(p, {**epoch_times(times), "rounds": int(len(times)), "round_seed": args.seed})
         for stale in (CHECKPOINT, PREVIOUS):  # a group never resumes: its rounds are paired
             if main:
                 (p.run.out / stale).unlink(missing_ok=True)
@@ -183,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"cfmtrain rounds: {err}", file=sys.stderr)
         return 2
     if env.rank == 0:
-        (args.output / "paired.csv").unlink(missing_ok=True)  # of an earlier measurement
+        (args.output / PairedRecord.TABLE).unlink(missing_ok=True)  # of an earlier measurement
     device = distenv.init_process_group(env, timeout_s=cfgs[REFERENCE].timeout_s)
     stop = StopFlag()
     stop.install()
@@ -202,12 +170,12 @@ def run(args: argparse.Namespace) -> int:
         train_cli.leave_on_crash(env)
         raise
     if env.rank == 0:
-        write_csv(args.output / "rounds.csv", ROUND_COLUMNS, round_rows(rounds))
+        write_table(args.output / RoundRecord.TABLE, round_rows(rounds), RoundRecord)
         rows = paired_rows(rounds, rounds_dataset(args), env.world_size)
-        write_csv(args.output / "paired.csv", PAIRED_COLUMNS, rows)
+        write_table(args.output / PairedRecord.TABLE, rows, PairedRecord)
         for row in rows:
-            print(f"{row['variant']:>9} over {row['reference']:<9} {row['ratio_median']:.3f}x "
-                  f"({row['ratio_p10']:.3f}-{row['ratio_p90']:.3f}, {row['rounds']} rounds)",
+            print(f"{row.variant:>9} over {row.reference:<9} {row.ratio_median:.3f}x "
+                  f"({row.ratio_p10:.3f}-{row.ratio_p90:.3f}, {row.rounds} rounds)",
                   file=sys.stderr)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # complete: a late stop must not fail it
     return train_cli.leave(env, 0)
