@@ -23,8 +23,8 @@ from pathlib import Path
 import pandas as pd
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.measure.group_tables import PairedRecord, RoundRecord, read_paired, read_rounds
 from cfmtrain.paper import ABLATION, BALANCER, BASELINE, BOTH, KERNEL
-from cfmtrain.plots.cells import read_paired
 
 REFERENCE, BEST = BASELINE.name, BOTH.name
 
@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def read_groups(results: Path) -> pd.DataFrame:
     """The paired ratios of one run's groups; a folder without groups is an error naming it."""
-    paths = sorted(results.glob("train/*/r*/paired.csv"))
+    paths = sorted(results.glob(f"train/*/r*/{PairedRecord.TABLE}"))
     if not paths:
         raise ValueError(f"{results}: no ablation groups (train/<data set>/r<ranks>/paired.csv "
                          "of `cfmtrain rounds`)")
@@ -71,7 +71,8 @@ def order_at(table: pd.DataFrame, dataset: str, ranks: int) -> list[str]:
     first."""
     rows = table[(table.dataset == dataset) & (table.ranks == ranks)
                  & (table.reference == REFERENCE)]
-    return list(rows.sort_values("ratio_median", ascending=False, kind="stable").variant)
+    return list(rows.sort_values(PairedRecord.col.ratio_median, ascending=False,
+                                 kind="stable").variant)
 
 
 def _check(check: str, subject: str, value, limit, passed: bool) -> dict:
@@ -129,9 +130,9 @@ def _shown(value) -> str:
 def report_times(results: list[Path]) -> None:
     """Each run's variants' epoch times with their min-max over the rounds (not judged)."""
     for k, folder in enumerate(results, start=1):
-        for path in sorted(folder.glob("train/*/r*/rounds.csv")):
-            rounds = pd.read_csv(path)
-            for variant, times in rounds.groupby("variant", sort=False).epoch_s:
+        for path in sorted(folder.glob(f"train/*/r*/{RoundRecord.TABLE}")):
+            rounds = read_rounds(path)
+            for variant, times in rounds.groupby(RoundRecord.col.variant, sort=False).epoch_s:
                 print(f"run {k:>3}  epoch time    {path.parent.parent.name} "
                       f"{path.parent.name} {variant:9s} {times.median():8.3f} s "
                       f"({times.min():.3f}-{times.max():.3f} s, not judged)")

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cfmtrain.plots.cells import speedup_range
+from cfmtrain.plots.cells import EPOCH_TIMES, speedup_range
 from cfmtrain.plots.common import (
     CONTENDED_NOTE,
     color,
@@ -23,14 +23,19 @@ from cfmtrain.plots.common import (
     plt,
     save,
 )
+from cfmtrain.plots.simulated import EPOCH_TIMES as SIMULATED
 from cfmtrain.plots.simulated import headline, unsupported
 
-MEASURED = ("epoch_time_s", "epoch_time_min_s", "epoch_time_max_s")
-SIMULATED = ("epoch_s", "epoch_s_low", "epoch_s_high")
+MEASURED = EPOCH_TIMES  # a measured table's epoch time (median), min and max; a simulated one's
+                        # epoch time and band
+
+
+def _is_simulated(table: pd.DataFrame) -> bool:
+    return SIMULATED[0] in table
 
 
 def _columns(table: pd.DataFrame) -> tuple[tuple[str, str, str], bool]:
-    return (SIMULATED, True) if "epoch_s" in table else (MEASURED, False)
+    return (SIMULATED, True) if _is_simulated(table) else (MEASURED, False)
 
 
 def _spread(ax: plt.Axes, x, mid, low, high, variant: str, simulated: bool) -> None:
@@ -127,7 +132,7 @@ def _finish(fig: plt.Figure, ax: plt.Axes, table: pd.DataFrame, title: str,
             output: str | Path, y: str, div: float) -> list[Path]:
     """Title, grid and legend; measured: contended cells ringed; simulated: the banner, and
     the statement when the fit does not support the numbers."""
-    simulated = "epoch_s" in table
+    simulated = _is_simulated(table)
     ax.set_title(("Simulated: " if simulated else "") + title)
     ax.grid(alpha=0.3, which="both")
     handles, texts = ax.get_legend_handles_labels()

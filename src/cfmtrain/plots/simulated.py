@@ -12,10 +12,13 @@ import pandas as pd
 
 from cfmtrain.paper import BASELINE, BOTH
 from cfmtrain.plots.ratios import baseline_over, strong_efficiency, weak_efficiency
+from cfmtrain.simulate.records import EpochRow, StrategyRow, WeakRow
+from cfmtrain.tables import read_table
 
-REQUIRED = ("variant", "ranks", "epoch_s")
-SIMULATED_COLUMNS = ("dataset", "ranks", "variant", "epoch_s", "epoch_s_low", "epoch_s_high",
-                     "supported", "unsupported_reason")
+EPOCH, JUDGED, WEAK = EpochRow.col, StrategyRow.col, WeakRow.col
+EPOCH_TIMES = (EPOCH.epoch_s, EPOCH.epoch_s_low, EPOCH.epoch_s_high)  # the time and its band
+SIMULATED_COLUMNS = (WEAK.dataset, EPOCH.ranks, EPOCH.variant, *EPOCH_TIMES, JUDGED.supported,
+                     JUDGED.unsupported_reason)
 
 
 def _truth(value) -> bool:
@@ -29,27 +32,24 @@ def _truth(value) -> bool:
 
 
 def read_simulated(path: str | Path) -> pd.DataFrame:
-    """A simulator table, the variants' own rows (not the extra strategy runs), as
-    SIMULATED_COLUMNS; `dataset` is 'simulated' where the table has none."""
-    frame = pd.read_csv(path)
-    missing = [c for c in REQUIRED if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{path}: not a simulator table, missing columns {missing}")
-    if frame.empty:
-        raise ValueError(f"{path}: no rows")
-    if "run" in frame:
-        frame = frame[frame.run == frame.variant]  # the variants' own pairing, not the extras
-    frame = frame.assign(dataset=frame["dataset"] if "dataset" in frame else "simulated")
-    for side in ("epoch_s_low", "epoch_s_high"):
+    """A simulator table (strong.csv or weak.csv), the variants' own rows (not the extra
+    strategy runs), as SIMULATED_COLUMNS; `dataset` is 'simulated' where the table has none
+    (strong.csv), and a table from before the band and the verdict has its epoch time as its
+    band and counts as supported."""
+    frame = read_table(path, EpochRow)
+    frame = frame[frame.run == frame.variant]  # the variants' own pairing, not the extras
+    frame = frame.assign(dataset=frame[WEAK.dataset] if WEAK.dataset in frame else "simulated")
+    for side in EPOCH_TIMES[1:]:
         if side not in frame:
             frame[side] = frame.epoch_s
+    supported, why = JUDGED.supported, JUDGED.unsupported_reason
     try:
-        frame["supported"] = (frame.supported.map(_truth) if "supported" in frame else True)
+        frame[supported] = (frame.supported.map(_truth) if supported in frame else True)
     except ValueError as err:
-        raise ValueError(f"{path}: column supported: {err}") from None
-    reason = frame["unsupported_reason"] if "unsupported_reason" in frame else ""
+        raise ValueError(f"{path}: column {supported}: {err}") from None
+    reason = frame[why] if why in frame else ""
     reason = pd.Series(reason, index=frame.index, dtype=object)
-    frame["unsupported_reason"] = reason.fillna("").astype(str)
+    frame[why] = reason.fillna("").astype(str)
     bad = ~((frame.epoch_s_low <= frame.epoch_s) & (frame.epoch_s <= frame.epoch_s_high))
     if bad.any():
         raise ValueError(f"{path}: epoch_s outside [epoch_s_low, epoch_s_high] in rows "
@@ -72,20 +72,21 @@ def simulated_speedup_table(table: pd.DataFrame) -> pd.DataFrame:
     the baseline's own speed-up is 1 exactly)."""
     out = table.copy()
     base = out.variant == BASELINE.name
-    out["speedup"] = baseline_over(out, "epoch_s", "epoch_s", figure="simulated Figure 8")
-    out["speedup_low"] = baseline_over(out, "epoch_s_low", "epoch_s_high").where(~base, 1.0)
-    out["speedup_high"] = baseline_over(out, "epoch_s_high", "epoch_s_low").where(~base, 1.0)
+    mid, low, high = EPOCH_TIMES
+    out["speedup"] = baseline_over(out, mid, mid, figure="simulated Figure 8")
+    out["speedup_low"] = baseline_over(out, low, high).where(~base, 1.0)
+    out["speedup_high"] = baseline_over(out, high, low).where(~base, 1.0)
     return out
 
 
 def simulated_strong_table(table: pd.DataFrame) -> pd.DataFrame:
     """Simulated Figure 7, with the strong scaling efficiency per variant."""
-    return table.assign(strong_efficiency=strong_efficiency(table, "epoch_s"))
+    return table.assign(strong_efficiency=strong_efficiency(table, EPOCH.epoch_s))
 
 
 def simulated_weak_table(table: pd.DataFrame) -> pd.DataFrame:
     """Simulated Figure 10, with the weak scaling efficiency per variant."""
-    return table.assign(weak_efficiency=weak_efficiency(table, "epoch_s"))
+    return table.assign(weak_efficiency=weak_efficiency(table, EPOCH.epoch_s))
 
 
 def headline(table: pd.DataFrame) -> dict | None:

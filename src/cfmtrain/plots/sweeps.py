@@ -10,30 +10,25 @@ from pathlib import Path
 import pandas as pd
 
 from cfmtrain.plots.common import plt, save
+from cfmtrain.sweep.batch import BatchPoint
+from cfmtrain.sweep.capacity import CapacityPoint
+from cfmtrain.tables import read_table
 
-BATCH_COLUMNS = ("molecules", "dtype", "graphs", "atoms", "step_s", "status")
-CAPACITY_COLUMNS = ("dtype", "capacity", "atoms", "step_s", "atoms_per_s", "status")
+B, C = BatchPoint.col, CapacityPoint.col
+BATCH_COLUMNS = (B.molecules, B.dtype, B.graphs, B.atoms, B.step_s, B.status)
+CAPACITY_COLUMNS = (C.dtype, C.capacity, C.atoms, C.step_s, C.atoms_per_s, C.status)
 STYLE = {"float32": "-", "float64": "--"}
-
-
-def read_sweep(path: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
-    """The `columns` of a sweep CSV, in that order."""
-    frame = pd.read_csv(path)
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{path}: not a sweep table, missing columns {missing}")
-    return frame[list(columns)]
 
 
 def batch_size_table(path: str | Path) -> pd.DataFrame:
     """Figure 11: one row per (molecules, dtype, graphs per batch) of the batch-size sweep."""
-    return read_sweep(path, BATCH_COLUMNS)
+    return read_table(path, BatchPoint, empty_ok=True)[list(BATCH_COLUMNS)]
 
 
 def capacity_table(path: str | Path, recommendation: str | Path | None = None) -> pd.DataFrame:
     """Section 5.5: one row per (dtype, capacity) of the capacity sweep, `recommended` true on
     the capacity of the sweep's recommendation JSON (if given)."""
-    table = read_sweep(path, CAPACITY_COLUMNS)
+    table = read_table(path, CapacityPoint, empty_ok=True)[list(CAPACITY_COLUMNS)]
     recommended = None
     if recommendation is not None:
         try:
@@ -53,12 +48,12 @@ def _oom_marks(ax: plt.Axes, rows: pd.DataFrame, x: str, y: str, colour: str) ->
 def draw_batch_size(table: pd.DataFrame, output: str | Path, title: str) -> list[Path]:
     """Fig 11: seconds per training step against graphs per batch; out-of-memory points marked."""
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for (molecules, dtype), rows in table.groupby(["molecules", "dtype"], sort=True):
-        ok = rows[rows.status == "ok"].sort_values("graphs")
+    for (molecules, dtype), rows in table.groupby([B.molecules, B.dtype], sort=True):
+        ok = rows[rows.status == "ok"].sort_values(B.graphs)
         atoms = int(round((ok.atoms / ok.graphs).mean())) if not ok.empty else 0
         line, = ax.plot(ok.graphs, ok.step_s, "o" + STYLE.get(dtype, "-"),
                         label=f"{molecules} molecules (~{atoms} atoms), {dtype}")
-        _oom_marks(ax, rows, "graphs", "step_s", line.get_color())
+        _oom_marks(ax, rows, B.graphs, B.step_s, line.get_color())
     ax.plot([], [], "kx", label="out of memory")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -73,10 +68,10 @@ def draw_batch_size(table: pd.DataFrame, output: str | Path, title: str) -> list
 def draw_capacity(table: pd.DataFrame, output: str | Path, title: str) -> list[Path]:
     """Throughput (atoms per second) against bin capacity per dtype, the recommendation marked."""
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for dtype, rows in table.groupby("dtype"):
-        ok = rows[rows.status == "ok"].sort_values("capacity")
+    for dtype, rows in table.groupby(C.dtype):
+        ok = rows[rows.status == "ok"].sort_values(C.capacity)
         line, = ax.plot(ok.capacity, ok.atoms_per_s, "o" + STYLE.get(dtype, "-"), label=dtype)
-        _oom_marks(ax, rows, "capacity", "atoms_per_s", line.get_color())
+        _oom_marks(ax, rows, C.capacity, C.atoms_per_s, line.get_color())
     ax.plot([], [], "kx", label="out of memory")
     for capacity in sorted(set(table.capacity[table.recommended])):
         ax.axvline(capacity, color="tab:green", ls=":", label=f"recommended: {capacity}")
