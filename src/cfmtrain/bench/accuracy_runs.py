@@ -33,6 +33,7 @@ import pandas as pd
 import yaml
 
 from cfmtrain.bench.baseline_check import (
+    MACE_EPOCH,
     export_extxyz,
     mace_arguments,
     mace_command,
@@ -41,14 +42,34 @@ from cfmtrain.bench.baseline_check import (
 )
 from cfmtrain.measure.paired import Rounds, run_rounds
 from cfmtrain.measure.turns import EpochTurns, stopped_within
-from cfmtrain.simulate.runs import read_steps
+from cfmtrain.tables import Record, read_table
 from cfmtrain.train.config import TrainConfig, to_dict
+from cfmtrain.train.epochs import EpochRecord
 from cfmtrain.train.model import stats_of
+from cfmtrain.train.steps import StepRecord
 from cfmtrain.train.summary import read_rows
 
 MACE = "mace_run_train"
 MACE_NAME = "accuracy"  # mace_run_train's --name
-CURVE_FIELDS = ("run", "epoch", "wall_s", "valid_mae_e_meV_per_atom", "valid_mae_f_meV_per_A")
+
+
+@dataclasses.dataclass(frozen=True)
+class CurvePoint(Record):
+    """One epoch of a run's validation curve (accuracy_<name>.csv, a seed column first): the
+    cumulative training wall time up to the end of its validation (seconds), and the
+    validation MAEs."""
+
+    run: str
+    epoch: int
+    wall_s: float
+    valid_mae_e_meV_per_atom: float
+    valid_mae_f_meV_per_A: float
+
+    TABLE = "accuracy curve"
+    WRITER = "`cfmtrain bench accuracy`"
+
+
+CURVE_FIELDS = CurvePoint.columns()
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) INFO: (Initial|Epoch (\d+)):")
 
 
@@ -122,7 +143,7 @@ def cfmtrain_process(bench: Bench, variant: str, epochs: int, resume: bool = Fal
                "--config", str(config), *(["--resume", "auto"] if resume else [])]
     return EpochTurns(f"cfmtrain train --variant {variant}", command,
                       bench.work / f"{variant}.log",
-                      lambda: len(read_rows(folder / "epochs.csv")),
+                      lambda: len(read_rows(folder / EpochRecord.TABLE)),
                       env=subprocess_env(bench.rank_threads), append=resume)
 
 
@@ -131,8 +152,8 @@ def cfmtrain_result(bench: Bench, variant: str, process: EpochTurns, stops: list
     """A finished cfmtrain run's curve and facts; `stops` are those of earlier processes of
     the run (before a resume), whose epochs its epochs.csv keeps."""
     folder = bench.work / variant
-    epochs_csv = pd.read_csv(folder / "epochs.csv")
-    steps = read_steps(folder / "steps.csv")
+    epochs_csv = read_table(folder / EpochRecord.TABLE, EpochRecord)
+    steps = read_table(folder / StepRecord.TABLE, StepRecord)
     stops = [*stops, *process.stops]
     return RunResult(cfmtrain_curve(variant, epochs_csv, stops), {
         "stops": stops, "stopped_s": sum(b - a for a, b in stops),
@@ -179,10 +200,10 @@ def mace_times(stamps: dict[int | None, float], stops: list = ()) -> dict[int, f
 def mace_curve(records: list[dict], times: dict[int, float]) -> pd.DataFrame:
     """mace_run_train's curve from its per-epoch eval records (eV/atom and eV/Å) and the
     times of its epochs (`mace_times`)."""
-    rows = [{"run": MACE, "epoch": int(r["epoch"]), "wall_s": times[int(r["epoch"])],
+    rows = [{"run": MACE, "epoch": int(r[MACE_EPOCH]), "wall_s": times[int(r[MACE_EPOCH])],
              "valid_mae_e_meV_per_atom": 1000 * float(r["mae_e_per_atom"]),
              "valid_mae_f_meV_per_A": 1000 * float(r["mae_f"])}
-            for r in records if r.get("epoch") is not None]
+            for r in records if r.get(MACE_EPOCH) is not None]
     return pd.DataFrame(rows, columns=list(CURVE_FIELDS))
 
 
@@ -218,7 +239,7 @@ def mace_result(bench: Bench, process: EpochTurns) -> RunResult:
     curve = mace_curve(records, mace_times(log_stamps(process.log), process.stops))
     steps = mace_records(folder, MACE_NAME, bench.cfg.seed, "opt")
     return RunResult(curve, {
-        "steps_per_epoch": sum(1 for s in steps if s["epoch"] == steps[-1]["epoch"]),
+        "steps_per_epoch": sum(1 for s in steps if s[MACE_EPOCH] == steps[-1][MACE_EPOCH]),
         "process_wall_s": process.running_s, "stopped_s": sum(b - a for a, b in process.stops),
         "e0s": model_e0s(folder / f"{MACE_NAME}.model")})
 
@@ -237,8 +258,8 @@ def train_paired(bench: Bench, store, parts: dict[str, np.ndarray], e0s: dict[in
     (order shuffled with the config's seed), then each finished alone: their results and the
     rounds (each run's own epoch seconds)."""
     def cfmtrain_epochs(variant: str):
-        path = bench.work / variant / "epochs.csv"
-        return lambda p: cfmtrain_times(pd.read_csv(path), p.stops)
+        path = bench.work / variant / EpochRecord.TABLE
+        return lambda p: cfmtrain_times(read_table(path, EpochRecord), p.stops)
 
     def mace_epochs(p: EpochTurns) -> list[float]:
         return list(mace_times(log_stamps(p.log), p.stops).values())

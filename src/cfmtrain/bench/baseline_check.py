@@ -27,15 +27,17 @@ from cfmtrain.frames.labels import ENERGY_KEY, FORCES_KEY, STRESS_KEY
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.malloc_env import MALLOC_ENV
 from cfmtrain.measure.paired import run_rounds
-from cfmtrain.simulate.runs import read_steps
+from cfmtrain.tables import read_table
 from cfmtrain.train.build import build_run, load_parts, param_groups
 from cfmtrain.train.config import TrainConfig, load_config, to_dict
 from cfmtrain.train.loop import train_step
 from cfmtrain.train.metrics import StepTimes
 from cfmtrain.train.model import z_table_of
+from cfmtrain.train.steps import StepRecord
 from cfmtrain.train.summary import write_json
 
 TOLERANCE = 0.10
+MACE_EPOCH = "epoch"  # mace_run_train's records (its results' train.txt): the epoch of one
 
 
 def export_extxyz(store, indices: np.ndarray, path: Path) -> None:
@@ -134,7 +136,8 @@ def run_mace(cfg: TrainConfig, r_max: float, work: Path, env: dict) -> dict:
     wall = mace_process(mace_arguments(cfg, r_max, work), work, env)
     steps = mace_records(work, "check", cfg.seed, "opt")
     times = np.array([d["time"] for d in steps])
-    return {"tool": "mace_run_train", **step_stats(times, np.array([d["epoch"] for d in steps])),
+    epochs = np.array([d[MACE_EPOCH] for d in steps])
+    return {"tool": "mace_run_train", **step_stats(times, epochs),
             "process_wall_s": wall}
 
 
@@ -152,7 +155,7 @@ def run_cfmtrain(cfg: TrainConfig, graphs: list[Path], split: Path, work: Path, 
     if done.returncode:
         raise RuntimeError(f"cfmtrain train failed ({done.returncode}); see "
                            f"{work / 'cfmtrain_train.log'}")
-    steps = read_steps(work / "cfmtrain" / "steps.csv")
+    steps = read_table(work / "cfmtrain" / StepRecord.TABLE, StepRecord)
     times = (steps.compute_s + steps.optim_s).to_numpy()
     return {"tool": "cfmtrain train (baseline)", **step_stats(times, steps.epoch.to_numpy()),
             "data_wait_s_mean": float(steps.data_s.mean()), "process_wall_s": wall}
