@@ -14,8 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from cfmtrain.bench.scale import COLUMNS
-from cfmtrain.bench.scale_figure import STAGES
+from cfmtrain.bench.scale import COLUMNS, STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 

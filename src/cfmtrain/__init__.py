@@ -19,9 +19,10 @@ import marked `# lazy:`), which keep heavy libraries out of processes that do no
 - frames/validate.py: frames.neighbors (vesin imports torch): `convert`, `generate` stay light.
 - config_check.py, simulate/cli.py: train.model (mace, e3nn: seconds) only to check or build one.
 - measure/repeats.py: train.checkpoint, train.summary (torch) once `cell`'s arguments are checked.
-- bench/kernels.py (its children run it), bench/kernels_worker.py, bench/md_worker.py: a child
-  loads only what it times (its peak RSS is a result): no cfmtrain op library in mace-torch's
-  reference runs, no model or pandas in the matmul peak's.
+- bench/kernels.py, bench/md.py (their children run them), bench/kernels_worker.py,
+  bench/md_worker.py: a child loads only what it times (its peak RSS is a result): no cfmtrain
+  op library in mace-torch's reference runs, no model or pandas in the matmul peak's, no
+  matplotlib (the figures, plots) in any.
 """
 
 from __future__ import annotations

@@ -37,13 +37,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cfmtrain.bench.accuracy_figure import draw
-from cfmtrain.bench.accuracy_runs import MACE, Bench, run_cfmtrain, train_paired
+from cfmtrain.bench.accuracy_runs import MACE, Bench, CurvePoint, run_cfmtrain, train_paired
 from cfmtrain.bench.table import report
 from cfmtrain.dist.distenv import available_cpus
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.measure.paired import Ratio, Rounds
 from cfmtrain.paper import BASELINE, BOTH
+from cfmtrain.plots.accuracy import draw_accuracy
 from cfmtrain.train.build import load_parts, training_stats
 from cfmtrain.train.config import load_config, to_dict
 from cfmtrain.train.summary import write_json
@@ -88,13 +88,13 @@ def summarize(curve: pd.DataFrame, infos: dict[str, dict]) -> pd.DataFrame:
     epochs as mace_run_train trained (`equal_epochs`) and their ratio to mace_run_train's, and
     the time to reach mace_run_train's final force MAE with mace_run_train's time over the
     run's (`speedup`: how many times sooner)."""
-    ref = curve[curve.run == MACE].sort_values("epoch")
+    ref = curve[curve.run == MACE].sort_values(CurvePoint.col.epoch)
     target, last_epoch = float(ref.valid_mae_f_meV_per_A.iloc[-1]), int(ref.epoch.iloc[-1])
     ref_last = ref.iloc[-1]
     ref_time = time_to_reach(ref.wall_s, ref.valid_mae_f_meV_per_A, target)[0]
     rows = []
     for run in RUNS:
-        rows_of_run = curve[curve.run == run].sort_values("epoch")
+        rows_of_run = curve[curve.run == run].sort_values(CurvePoint.col.epoch)
         walls = np.diff(np.concatenate([[0.0], rows_of_run.wall_s]))
         at = rows_of_run[rows_of_run.epoch == last_epoch].iloc[0]
         t, t_epoch, epochs = time_to_reach(rows_of_run.wall_s,
@@ -397,7 +397,8 @@ def run(args: argparse.Namespace) -> int:
     lines = goal_lines(summary, rounds)
     print("\n" + "\n".join(lines))
     figure = args.figure or Path("results/figures") / f"fig_accuracy_{name}.png"
-    print(f"wrote {', '.join(map(str, draw(curve, summary, figure, f'time to accuracy: {name}')))}")
+    drawn = draw_accuracy(curve, summary, figure, f"time to accuracy: {name}")
+    print(f"wrote {', '.join(map(str, drawn))}")
     write_json(args.output_dir / f"accuracy_{name}.json", {
         "name": name, "graphs": [str(g.resolve()) for g in graphs],
         "split": str(args.split_path.resolve()), "ranks": args.ranks, "seeds": args.seeds,

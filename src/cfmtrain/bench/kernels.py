@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 from cfmtrain import children
-from cfmtrain.bench.kernels_figure import plot_kernels
 from cfmtrain.malloc_env import MALLOC_ENV
 
 OPS = ("symmetric_contraction", "conv", "model")
@@ -269,6 +268,7 @@ COLUMNS = ["op", "model", "cg", "impl", "atoms", "edges", "dtype", "pass", "stat
 def run(args: argparse.Namespace) -> int:
     """Run every configuration of the preset, write the CSV and the figure."""
     from cfmtrain.bench.table import report  # lazy: not in the children (pandas)
+    from cfmtrain.plots.kernels import draw_kernels  # lazy: not in the children (matplotlib)
 
     output = Path(args.output or f"results/bench/kernels_{args.preset}.csv")
     figure = Path(args.figure or f"results/figures/fig_kernels_{args.preset}.png")
@@ -285,9 +285,9 @@ def run(args: argparse.Namespace) -> int:
     _add_speedups(rows)
     rounds = PRESETS[args.preset]["rounds"] if args.rounds is None else args.rounds
     add_paired(rows, rounds, args.timeout)
-    report([{c: r.get(c) for c in COLUMNS} for r in rows], output,
-           "Fused kernels vs mace-torch (median seconds per call)")
-    plot_kernels([r for r in rows if r["impl"] != "matmul-peak"], figure)
+    table = report([{c: r.get(c) for c in COLUMNS} for r in rows], output,
+                   "Fused kernels vs mace-torch (median seconds per call)")
+    draw_kernels(table[table.impl != "matmul-peak"], figure)
     return 0
 
 

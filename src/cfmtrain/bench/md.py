@@ -20,7 +20,6 @@ import json
 import sys
 from pathlib import Path
 
-from cfmtrain.atomic import atomic_path
 from cfmtrain.bench.kernels import PAIRED, memory_limit, run_child
 from cfmtrain.bench.md_worker import SHAPES, SYSTEMS
 from cfmtrain.bench.table import report
@@ -128,43 +127,10 @@ def add_paired(rows: list[dict], rounds: int, timeout: float, limit: int) -> Non
                   flush=True)
 
 
-def plot_md(rows: list[dict], path: str | Path) -> None:
-    """Steps/s against atoms, a panel per system, a line per shape and implementation."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    systems = sorted({r["system"] for r in rows})
-    fig, axes = plt.subplots(1, len(systems), figsize=(5 * len(systems), 3.8), squeeze=False)
-    colors = {"fused": "tab:green", "mace": "tab:blue"}
-    for ax, system in zip(axes[0], systems, strict=True):
-        for (shape, impl), dash in zip(itertools.product(sorted(SHAPES), IMPLS),
-                                       itertools.cycle(("-", "--"))):
-            pts = sorted((r["atoms"], r["steps_per_s"]) for r in rows if r["system"] == system
-                         and r["shape"] == shape and r["impl"] == impl and r["status"] == "ok")
-            if pts:
-                ax.plot(*zip(*pts, strict=True), dash, marker="o", color=colors[impl],
-                        alpha=1.0 if shape.endswith("medium") else 0.6, label=f"{shape} {impl}")
-        failed = [r for r in rows if r["system"] == system and r["status"] != "ok"]
-        for k, r in enumerate(failed):
-            ax.annotate(f"{r['shape']} {r['impl']} {r['target_atoms']}: {r['status'][:30]}",
-                        (0.02, 0.95 - 0.07 * k), xycoords="axes fraction", fontsize=7,
-                        color="tab:red")
-        ax.set(xscale="log", yscale="log", xlabel="atoms", ylabel="MD steps/s (1 fs)",
-               title=f"{system}: MACECalculator energy+forces+stress")
-        ax.grid(alpha=0.3, which="both")
-        if ax.lines:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=150, format="png")
-    plt.close(fig)
-    print(f"wrote {path}")
-
-
 def run(args: argparse.Namespace) -> int:
     """Run every configuration of the preset, write the CSV and the figure."""
+    from cfmtrain.plots.md import draw_md  # lazy: not in the children (matplotlib)
+
     output = Path(args.output or f"results/bench/md_{args.preset}.csv")
     figure = Path(args.figure or f"results/figures/fig_md_{args.preset}.png")
     limit = memory_limit(args.memory_limit_gb)
@@ -179,9 +145,9 @@ def run(args: argparse.Namespace) -> int:
     add_comparisons(rows)
     rounds = PRESETS[args.preset]["rounds"] if args.rounds is None else args.rounds
     add_paired(rows, rounds, args.timeout, limit)
-    report([{c: r.get(c) for c in COLUMNS} for r in rows], output,
-           "MD with MACECalculator: fused kernels vs mace-torch (seconds per 1 fs step)")
-    plot_md(rows, figure)
+    table = report([{c: r.get(c) for c in COLUMNS} for r in rows], output,
+                   "MD with MACECalculator: fused kernels vs mace-torch (seconds per 1 fs step)")
+    draw_md(table, figure, sorted(SHAPES), IMPLS)
     return 0
 
 

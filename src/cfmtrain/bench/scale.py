@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -43,14 +44,43 @@ import numpy as np
 import pandas as pd
 
 from cfmtrain import children
-from cfmtrain.bench.scale_figure import STAGES, plot_scale
 from cfmtrain.bench.table import report
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.measure.paired import Ratio, run_rounds
 from cfmtrain.paper import BOTH
+from cfmtrain.plots.scale import draw_scale
+from cfmtrain.tables import Record, read_table
+from cfmtrain.train.steps import StepRecord
 
-COLUMNS = ("graphs", "stage", "seconds", "peak_rss_gb", "pss_gb_all_ranks", "disk_gb",
-           "data_wait_share", "epoch_share", "ratio_median", "ratio_p10", "ratio_p90", "rounds")
+STAGES = ("generate", "graphs", "split", "open", "statistics", "first_step", "steps",
+          "epoch_overhead")
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleRow(Record):
+    """One stage at one graph count (the module docstring says what each stage times): seconds,
+    peak RSS and the training ranks' summed PSS (GB), disk written (GB), the shares of data wait
+    (`steps`) and of the epoch (`epoch_overhead`), and a paired ratio with its rounds (`open`,
+    `graphs_2_processes`); NaN where a stage has no value."""
+
+    graphs: int
+    stage: str
+    seconds: float
+    peak_rss_gb: float
+    pss_gb_all_ranks: float
+    disk_gb: float
+    data_wait_share: float
+    epoch_share: float
+    ratio_median: float
+    ratio_p10: float
+    ratio_p90: float
+    rounds: float
+
+    TABLE = "scale table"
+    WRITER = "`cfmtrain bench scale`"
+
+
+COLUMNS = ScaleRow.columns()
 ORDER = (*STAGES[:2], "graphs_2_processes", *STAGES[2:])  # the table's rows per count
 SHARD_GRAPHS = 20_000  # frames per shard: jobs of ~20 s each (memory is bounded at any size)
 MODEL = ('model.hidden_irreps="16x0e+16x1o"', "model.max_ell=2", "model.correlation=3",
@@ -129,10 +159,10 @@ def graph_scaling(frames: Path, scratch: Path, logs: Path, rounds: int) -> dict:
 def training_rows(run: Path) -> list[dict]:
     """The stages read from a run's timeline.json and steps.csv (module docstring)."""
     timeline = json.loads((run / "timeline.json").read_text())
-    steps = pd.read_csv(run / "steps.csv")
+    steps = read_table(run / StepRecord.TABLE, StepRecord)
     timed_steps = steps[steps.step > 0]  # the first step pays one-time costs
     data, step = timed_steps.data_s, timed_steps.step_s
-    rank0 = timed_steps[timed_steps["rank"] == 0].step_s
+    rank0 = timed_steps[timed_steps[StepRecord.col.rank] == 0].step_s
     plan = float(np.median(timeline["epoch_plan_s"]))
     epoch = timeline["steps_per_epoch"] * float(rank0.median())
     memory = {k: timeline[k] for k in ("peak_rss_gb", "pss_gb_all_ranks")}
@@ -201,8 +231,7 @@ def pipeline_rows(count: int, root: Path) -> list[dict]:
 
 def table_rows(count: int, rows: list[dict]) -> list[dict]:
     """`rows` of one count with every column (NaN where a stage has no value)."""
-    return [{"graphs": count, **{k: row.get(k, float("nan")) for k in COLUMNS[1:]}}
-            for row in rows]
+    return [ScaleRow.of({**row, "graphs": count}).row() for row in rows]
 
 
 def measure(count: int, work: Path, steps: int, ranks: int, workers: int,
@@ -279,8 +308,8 @@ def run(args: argparse.Namespace) -> int:
         for count in counts:
             shutil.rmtree(args.work / str(count), ignore_errors=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    report(rows, args.output, f"data path at scale: crystals, `both` on {args.ranks} ranks, "
-           f"{args.steps} steps")
-    plot_scale(rows, args.figure)
+    table = report(rows, args.output, f"data path at scale: crystals, `both` on {args.ranks} "
+                   f"ranks, {args.steps} steps")
+    draw_scale(table, args.figure, STAGES)
     print(f"wrote {args.figure}")
     return 0

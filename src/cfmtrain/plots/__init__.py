@@ -1,2 +1,2 @@
-"""The paper's figures drawn from results files (training runs, sweeps, simulations), never from
-training: each figure is a function of files and writes a PNG and a PDF."""
+"""Every figure of the project, drawn from results tables (training runs, sweeps, simulations,
+benchmarks), never from training: the paper's write a PNG and a PDF, the benchmarks' a PNG."""

@@ -1,25 +1,23 @@
-"""Figure of `cfmtrain bench scale`: each stage's time, and memory, against the graph count."""
+"""The figure of `cfmtrain bench scale`, drawn from its table (results/bench/scale.csv): each
+stage's time, and memory, against the graph count."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import pandas as pd
+
 from cfmtrain.atomic import atomic_path
-
-STAGES = ("generate", "graphs", "split", "open", "statistics", "first_step", "steps",
-          "epoch_overhead")
+from cfmtrain.plots.common import plt
 
 
-def plot_scale(rows: list[dict], path: str | Path) -> None:
-    """Two log-log panels: seconds per stage, and peak RSS / summed PSS, against graphs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def draw_scale(table: pd.DataFrame, path: str | Path, stages: tuple[str, ...]) -> None:
+    """Two log-log panels: seconds per stage (of `stages`, in that order), and peak RSS /
+    summed PSS, against graphs."""
+    rows = table.to_dict("records")
     fig, (time_ax, memory_ax) = plt.subplots(1, 2, figsize=(10, 4))
-    for stage in STAGES:
+    for stage in stages:
         pts = sorted((r["graphs"], r["seconds"]) for r in rows
                      if r["stage"] == stage and r["seconds"] > 0)
         if pts:

@@ -1,5 +1,5 @@
-"""The time-to-accuracy figure: validation force MAE against training wall time, one line per
-run and seed (the paper's Figure 9 against time instead of epochs)."""
+"""The time-to-accuracy figure of `cfmtrain bench accuracy`: validation force MAE against training
+wall time, one line per run and seed (the paper's Figure 9 against time instead of epochs)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ LABELS = {BASELINE.name: "cfmtrain baseline (fixed count)",
 COLORS = {"mace_run_train": "tab:red"}
 
 
-def draw(curve: pd.DataFrame, summary: pd.DataFrame, output: Path, title: str) -> list[Path]:
-    """Force MAE (log scale) against cumulative wall time per run and seed (rows of `curve` and
-    `summary` carry a `seed`), the target (mace_run_train's final force MAE; the median over the
-    seeds) as a dashed line and each run's time to reach its seed's target as a cross."""
+def draw_accuracy(curve: pd.DataFrame, summary: pd.DataFrame, output: Path, title: str
+                  ) -> list[Path]:
+    """From the benchmark's tables (accuracy_<name>.csv and _summary.csv): force MAE (log
+    scale) against cumulative wall time per run and seed (rows of `curve` and `summary` carry a
+    `seed`), the target (mace_run_train's final force MAE; the median over the seeds) as a
+    dashed line and each run's time to reach its seed's target as a cross."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     seeds = sorted(summary.seed.unique())
     for run in summary.run.unique():
