@@ -120,7 +120,7 @@ def test_arrays_an_older_derivation_wrote_are_not_served(tmp_path, monkeypatch):
     assert same_batch(right, from_shards(tmp_path / "s"))
 
 
-@pytest.mark.parametrize("damage", ["flip", "half", "record"])
+@pytest.mark.parametrize("damage", ["flip", "half", "record", "unlisted"])
 def test_a_damaged_cache_is_named_removed_and_rebuilt(tmp_path, capfd, damage):
     write_graphs(tmp_path / "s" / "shard_0000.h5", seed=1)
     reference = assembled(tmp_path / "s")
@@ -133,8 +133,12 @@ def test_a_damaged_cache_is_named_removed_and_rebuilt(tmp_path, capfd, damage):
     elif damage == "half":
         with open(target, "r+b") as f:
             f.truncate(target.stat().st_size // 2)
-    else:
+    elif damage == "record":
         (folder / "arrays.json").write_text('{"format": 2, "files": ')
+    else:  # valid JSON, one array's entry gone
+        record = json.loads((folder / "arrays.json").read_text())
+        del record["files"]["species"]
+        (folder / "arrays.json").write_text(json.dumps(record))
     capfd.readouterr()
     again = assembled(tmp_path / "s")
     err = capfd.readouterr().err

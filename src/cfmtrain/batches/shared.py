@@ -38,7 +38,7 @@ from cfmtrain import crash
 from cfmtrain.graphs.store import file_state
 
 FOLDER = ".batch_arrays"
-COMPLETE = "arrays.json"  # the names, sizes, checksums and sources: written last
+COMPLETE = "arrays.json"  # the parts' names, sizes, checksums and sources: written last
 FORMAT = 2  # 2: checksums and sources in arrays.json
 CRC_BLOCK = 1 << 26  # bytes checksummed per call: bounded pages touched at once
 UNUSED_DAYS = 30  # a cache not mapped for this long is removed by the next writer beside it
@@ -76,7 +76,7 @@ def shared_arrays(store_folder: Path, key: str, parts: Parts, sources: Sources
     folder = cache_folder(store_folder, key, sources)
     if (folder / COMPLETE).is_file():
         try:
-            return _map(folder)
+            return _map(folder, parts)
         except CacheError as err:
             _note(f"{err}: rebuilding it")
     try:
@@ -91,7 +91,7 @@ def shared_arrays(store_folder: Path, key: str, parts: Parts, sources: Sources
         _remove_leftovers(folder)
         if (folder / COMPLETE).is_file():
             try:
-                return _map(folder)
+                return _map(folder, parts)
             except CacheError:  # said above, or by the process that wrote it meanwhile
                 shutil.rmtree(folder, ignore_errors=True)
         try:
@@ -101,7 +101,7 @@ def shared_arrays(store_folder: Path, key: str, parts: Parts, sources: Sources
                   f"its own copy")
             return merge_parts(parts)
         _remove_stale(folder)
-        return _map(folder)
+        return _map(folder, parts)
 
 
 def _crc(path: Path, size: int) -> int:
@@ -117,12 +117,16 @@ def _crc(path: Path, size: int) -> int:
     return crc
 
 
-def _map(folder: Path) -> dict[str, np.ndarray]:
-    """The folder's arrays, mapped, after checking their sizes and checksums (CacheError
-    naming the folder and file otherwise)."""
+def _map(folder: Path, parts: Parts) -> dict[str, np.ndarray]:
+    """The folder's arrays, mapped, after checking that it holds every array of `parts` and
+    their sizes and checksums (CacheError naming the folder and file otherwise)."""
     try:
         record = json.loads((folder / COMPLETE).read_text())
         files = record["files"]
+        listed = {name for names in record["parts"].values() for name in names}
+        if set(record["parts"]) != set(parts) or listed != set(files):
+            raise CacheError(f"{folder / COMPLETE}: lists parts {sorted(record['parts'])} and "
+                             f"files {sorted(files)}, not the arrays of parts {sorted(parts)}")
         arrays = {}
         for name, (size, crc) in files.items():
             path = folder / f"{name}.npy"
@@ -154,10 +158,12 @@ def _write(folder: Path, parts: Parts, key: str, sources: Sources) -> None:
     crash.leftover(tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    files = {}
+    files, names = {}, {}
     try:
-        for part in parts.values():
+        for part_name, part in parts.items():
+            names[part_name] = []
             for name, value in part().items():  # one part in memory at a time
+                names[part_name].append(name)
                 path = tmp / f"{name}.npy"
                 with open(path, "wb") as f:
                     np.save(f, np.ascontiguousarray(value))
@@ -165,7 +171,8 @@ def _write(folder: Path, parts: Parts, key: str, sources: Sources) -> None:
                     os.fsync(f.fileno())
                 size = path.stat().st_size
                 files[name] = (size, _crc(path, size))
-        record = {"format": FORMAT, "key": key, "sources": sources, "files": files}
+        record = {"format": FORMAT, "key": key, "sources": sources, "parts": names,
+                  "files": files}
         with open(tmp / COMPLETE, "w") as f:
             f.write(json.dumps(record))
             f.flush()
