@@ -226,7 +226,12 @@ def parse_cfmtrain(words: list[str]) -> argparse.Namespace:
 
 
 def make_targets() -> set[str]:
-    return set(re.findall(r"^([a-z]+):", (ROOT / "Makefile").read_text(), re.M))
+    return set(re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M))
+
+
+def make_variables() -> set[str]:
+    """The variables the Makefile lets a caller set (`NAME ?= default`)."""
+    return set(re.findall(r"^([A-Z_]+) \?=", (ROOT / "Makefile").read_text(), re.M))
 
 
 def without_env(words: list[str]) -> tuple[dict, list[str]]:
@@ -245,9 +250,12 @@ OTHERS = [c for c in commands() if not c.startswith("snakemake ")]
 @pytest.mark.parametrize("command", OTHERS, ids=command_id)
 def test_command_is_known_and_parses(command):
     env, words = without_env(shlex.split(command))
-    assert set(env) <= {"CFMTRAIN_SKIP_SLURM", "CFMTRAIN_CPU_ARCH"}, env
+    assert set(env) <= {"CFMTRAIN_SKIP_SLURM", "CFMTRAIN_CPU_ARCH", "CFMTRAIN_TORCH"}, env
     if words[0] == "make":
-        assert set(words[1:]) <= make_targets()
+        targets = [w for w in words[1:] if "=" not in w]  # `make target VAR=value ...`
+        settings = {w.split("=")[0] for w in words[1:] if "=" in w}
+        assert targets and set(targets) <= make_targets(), targets
+        assert settings <= make_variables(), settings
     elif words[0] == "cfmtrain":
         args = parse_cfmtrain(words)
         given = getattr(args, "graphs", None)  # stores (paths), or counts (int) to generate

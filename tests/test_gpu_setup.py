@@ -81,6 +81,23 @@ def test_make_gpu_wheels_runs_the_download_script():
                                    "--cuda", "cu13", "--dest", "somewhere"]
 
 
+def test_make_gpu_check_runs_bench_gpu_in_the_node_venv_else_in_dot_venv(tmp_path):
+    """The node venv's Python where it exists (one that prints its arguments stands in), else
+    `python`, .venv's (the Makefile puts .venv/bin first on PATH)."""
+    python = tmp_path / "gpu" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text('#!/bin/sh\necho "$@"\n')
+    python.chmod(0o755)
+    ran = subprocess.run(["make", "--no-print-directory", "gpu-check",
+                          f"GPU_VENV={tmp_path / 'gpu'}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert ran.stdout.splitlines() == [f"{python} -m cfmtrain bench gpu",
+                                       "-m cfmtrain bench gpu"]
+    planned = subprocess.run(["make", "-n", "gpu-check", f"GPU_VENV={tmp_path / 'none'}"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "py=python; fi" in planned.stdout and "$py -m cfmtrain bench gpu" in planned.stdout
+
+
 def torch_only_python(folder: Path) -> Path:
     """A Python with torch and what torch needs, nothing else (no numpy, no mace): a GPU node's
     own PyTorch stands in; its packages are this environment's, linked."""
