@@ -81,9 +81,9 @@ def train(variant: str, precision: str, store: Path, split: Path, out: Path,
     losses = []
     for step in range(STEPS):
         batch = batches[step % len(batches)]
-        loss, _ = train_step(run, batch, float(batch.num_graphs), float(batch.num_nodes), step,
-                             StepTimes())
-        losses.append(loss.item())
+        loss, _, _ = train_step(run, batch, float(batch.num_graphs), float(batch.num_nodes),
+                                step, StepTimes())
+        losses.append(loss)
     return {"model": run.model, "initial": initial, "losses": np.array(losses),
             "final": {k: p.detach().to(torch.float64, copy=True) for k, p in params.items()}}
 
