@@ -13,8 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cfmtrain import settings
+from cfmtrain.config_sections import with_defaults
 from cfmtrain.paper import ABLATION
 from cfmtrain.plots import cli
+from cfmtrain.sweep import cli as sweep_cli
+from cfmtrain.sweep.settings import SweepSettings
 from cfmtrain.train import cli as train_cli
 from cfmtrain.train.config import load_config
 
@@ -222,7 +226,10 @@ def test_config_values_reach_each_command_line_exactly(tmp_path):
     convert, sweep, cell = commands["convert"], commands["sweep"], commands["cell"]
     assert convert[convert.index("--input") + 1] == ODD_PATH
     assert convert[convert.index("--energy-key") + 1] == "total energy"
-    assert sweep[sweep.index("--small-subset") + 1] == "water clusters;x"
+    sweep_parser = argparse.ArgumentParser()
+    sweep_cli.add_arguments(sweep_parser)  # the sweep's own command line, read as `cfmtrain sweep`
+    assert settings.from_args(SweepSettings, sweep_parser.parse_args(
+        sweep[sweep.index("batch"):])).small_subset == "water clusters;x"
     parser = argparse.ArgumentParser()
     train_cli.add_arguments(parser)  # the cell's own command line, read as `cfmtrain train`
     args = parser.parse_args(cell[cell.index("train") + 1:])
@@ -249,7 +256,9 @@ def _schema_keys(node: dict, path: str = ""):
 
 
 def test_every_schema_key_has_a_description_and_a_default():
-    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    """Every key: its own default, or that of its command's settings (config_sections)."""
+    schema = with_defaults(yaml.safe_load(
+        (ROOT / "workflow/schemas/config.schema.yaml").read_text()))
     keys = list(_schema_keys(schema))
     assert len(keys) > 60 and "figures.sizes[].ranks" in [k for k, _, _ in keys]
     for key, sub, required in keys:

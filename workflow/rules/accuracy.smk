@@ -6,9 +6,6 @@ ACCURACY_TARGETS = [
     f"results/bench/accuracy_{d}_{ACCURACY['preset']}_summary.csv"
     for d in ACCURACY["datasets"]
 ]
-# ranks, seeds and (unless 0: the preset's) epochs from config `accuracy`
-ACCURACY_OPTIONS = command("--ranks", ACCURACY["ranks"], "--seeds", *ACCURACY["seeds"],
-                           *(["--epochs", ACCURACY["epochs"]] if ACCURACY["epochs"] else []))
 
 
 rule bench_accuracy:
@@ -29,8 +26,12 @@ rule bench_accuracy:
         apreset="quick|goals",
     params:
         graphs=graph_dirs,
-        # the data set's E0s (given, fixed for a union's members that give them, or fitted)
-        options=lambda wildcards: f"{ACCURACY_OPTIONS} {set_options(data_e0s(wildcards.dataset))}",
+        # config `accuracy`'s settings at the wildcard's preset and the job's threads, then the
+        # data set's E0s (given, fixed for a union's members that give them, or fitted)
+        options=lambda wildcards, threads: " ".join(filter(None, [
+            command(*settings_option(config, "accuracy", preset=wildcards.apreset,
+                                     threads=threads)),
+            set_options(data_e0s(wildcards.dataset))])),
     threads: workflow.cores
     resources:
         machine=ALONE,
@@ -38,5 +39,5 @@ rule bench_accuracy:
         "../../envs/cfmtrain.yaml"
     shell:
         "python -m cfmtrain bench accuracy --graphs {params.graphs:q} --split {input.split:q}"
-        " --preset {wildcards.apreset:q} --name {wildcards.dataset:q}_{wildcards.apreset:q}"
-        " {params.options} --threads {threads:q} --figure {output.png:q} > {log:q} 2>&1"
+        " --name {wildcards.dataset:q}_{wildcards.apreset:q} {params.options}"
+        " --figure {output.png:q} > {log:q} 2>&1"

@@ -12,6 +12,8 @@ import yaml
 from snakemake.utils import validate
 
 from cfmtrain.config_check import check_workflow_config
+from cfmtrain.config_sections import fill as fill_settings
+from cfmtrain.config_sections import option as settings_option
 from cfmtrain.paper import ABLATION, BASELINE, BOTH, VARIANTS
 from cfmtrain.train.config import ConfigError, typed_settings
 
@@ -37,10 +39,13 @@ def yaml12_numbers(value, schema):
 
 config.update(yaml12_numbers(config, yaml.safe_load(SCHEMA.read_text())))
 validate(config, schema=str(SCHEMA))
-# What a schema cannot say (finite numbers, the cutoff's range, seeds, files, the training
-# settings), checked by the code that uses each value; the e3nn checks of the model settings
-# (seconds) only in the main process, once per model setting (stamped under .snakemake/).
+# The sections that are a command's settings (simulate, sweep, accuracy) get the keys left out
+# from the command's dataclass (cfmtrain.config_sections), as the schema holds no defaults of
+# theirs. What a schema cannot say (finite numbers, the cutoff's range, seeds, files, the
+# training settings), checked by the code that uses each value; the e3nn checks of the model
+# settings (seconds) only in the main process, once per model setting (stamped under .snakemake/).
 try:
+    fill_settings(config)
     check_workflow_config(config, library_checks=workflow.is_main_process,
                           passed=Path(".snakemake/cfmtrain-checked"))
     config["train"]["settings"] = typed_settings(config["train"]["settings"])

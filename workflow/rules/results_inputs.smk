@@ -12,11 +12,8 @@ def sweep_targets():
 
 
 def sweep_args(wildcards):
-    """Command-line options shared by both sweeps, from config `sweep`."""
-    s = config["sweep"]
-    return command("--dtypes", *s["dtypes"], "--small-subset", s["small_subset"],
-                   "--large-subset", s["large_subset"], "--memory-budget-mb",
-                   s["memory_budget_mb"], "--threads", s["threads"])
+    """`--settings` of both sweeps: config `sweep`'s settings at the wildcard's preset."""
+    return command(*settings_option(config, "sweep", preset=wildcards.preset))
 
 
 # --- simulate.smk
@@ -45,16 +42,9 @@ def simulate_calibration(wildcards):
 
 
 def simulate_args(wildcards):
-    s, net = config["simulate"], config["simulate"]["network"]
-    return command(
-        "--total-graphs", s["total_graphs"], "--ranks", *s["ranks"], "--weak", *s["weak"],
-        "--graphs-per-batch", s["graphs_per_batch"], "--capacity", s["capacity"],
-        "--strategies", *s["strategies"], "--algorithm", net["algorithm"],
-        "--alpha", net["alpha_s"], "--beta", net["beta_bytes_per_s"],
-        "--parameters", s["parameters"], "--saturation-atoms", s["saturation_atoms"],
-        "--min-r2", s["min_r2"], "--max-validation-error", s["max_validation_error"],
-        "--seed", s["seed"],
-    )
+    """`--settings` of the simulator: config `simulate`'s settings at the wildcard's
+    distribution."""
+    return command(*settings_option(config, "simulate", distribution=wildcards.distribution))
 
 
 # --- figures.smk

@@ -30,5 +30,5 @@ rule simulate_scaling:
         "../../envs/cfmtrain.yaml"
     shell:
         "python -m cfmtrain simulate --runs {input.runs:q} --calibration {input.calibration:q}"
-        " --graphs {params.graphs:q} --distribution {wildcards.distribution:q} {params.args} --output-dir {params.out:q}"
+        " --graphs {params.graphs:q} {params.args} --output-dir {params.out:q}"
         " > {log:q} 2>&1"

@@ -22,7 +22,7 @@ rule sweep_batch:
         "../../envs/cfmtrain.yaml"
     shell:
         "python -m cfmtrain sweep batch --graphs {params.graphs:q} --split {input.split:q}"
-        " --preset {wildcards.preset:q} {params.args} --output {output:q} > {log:q} 2>&1"
+        " {params.args} --output {output:q} > {log:q} 2>&1"
 
 
 rule sweep_capacity:
@@ -47,7 +47,7 @@ rule sweep_capacity:
         "../../envs/cfmtrain.yaml"
     shell:
         "python -m cfmtrain sweep capacity --graphs {params.graphs:q} --split {input.split:q}"
-        " --preset {wildcards.preset:q} {params.args} --output {output.csv:q}"
+        " {params.args} --output {output.csv:q}"
         " --recommendation {output.json:q} > {log:q} 2>&1"
 
 

@@ -38,12 +38,14 @@ import numpy as np
 import pandas as pd
 
 from cfmtrain.bench.accuracy_runs import MACE, Bench, CurvePoint, run_cfmtrain, train_paired
+from cfmtrain.bench.accuracy_settings import AccuracySettings, Preset
 from cfmtrain.bench.table import report
 from cfmtrain.dist.distenv import available_cpus
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.measure.paired import Ratio, Rounds
 from cfmtrain.paper import BASELINE, BOTH
 from cfmtrain.plots.accuracy import draw_accuracy
+from cfmtrain.settings import add_settings, from_args
 from cfmtrain.train.build import load_parts, training_stats
 from cfmtrain.train.config import load_config, to_dict
 from cfmtrain.train.summary import write_json
@@ -52,7 +54,7 @@ RUNS = (BASELINE.name, BOTH.name, MACE)
 # Model sizes and epochs; every other training setting is the config's default. goals is the
 # the goals model: on mini with 2 ranks on 2 cores an epoch takes ~170 s (baseline), ~33 s (both)
 # and ~135 s (mace_run_train), so 2 epochs (~15 minutes in all); --epochs 20 takes ~2 hours.
-PRESETS = {
+PRESETS: dict[Preset, dict] = {
     "quick": {"hidden_irreps": "8x0e+8x1o", "max_ell": 1, "correlation": 2, "epochs": 5},
     "goals": {"hidden_irreps": "32x0e+32x1o", "max_ell": 2, "correlation": 3, "epochs": 2},
 }
@@ -222,36 +224,13 @@ def goal_lines(summary: pd.DataFrame, rounds: pd.DataFrame) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Data, sizes, preset, outputs."""
+    """Data, outputs, then the settings (sizes, preset, ranks, seeds)."""
     data = parser.add_mutually_exclusive_group(required=True)
     data.add_argument("--dataset", help="a data set whose graphs are in results/graphs/<name> "
                                         "(with its split.npz)")
     data.add_argument("--graphs", type=Path, nargs="+",
                       help="graph store folder(s), several make a union; needs --split")
     parser.add_argument("--split", type=Path, help="split .npz (default: <graphs>/split.npz)")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="goals",
-                        help="model and epochs: goals = 32x0e+32x1o, lmax 2, correlation 3, 2 "
-                             "epochs; quick = 8x0e+8x1o, lmax 1, correlation 2, 5 epochs")
-    parser.add_argument("--epochs", type=int, help="epochs (default: the preset's)")
-    parser.add_argument("--extra-epochs", type=int, default=2,
-                        help="at most this many (default 2) more epochs for a cfmtrain run "
-                             "that has not reached mace_run_train's final force MAE after "
-                             "--epochs (resumed from its checkpoint, one at a time; the "
-                             "equal-epoch comparison is unchanged)")
-    parser.add_argument("--hidden-irreps", help="model.hidden_irreps (default: the preset's)")
-    parser.add_argument("--max-ell", type=int, help="model.max_ell (default: the preset's)")
-    parser.add_argument("--correlation", type=int,
-                        help="model.correlation (default: the preset's)")
-    parser.add_argument("--ranks", type=int, default=2, help="ranks of the cfmtrain runs")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="threads in all (0: the CPUs available); cfmtrain: threads / ranks "
-                             "per rank, mace_run_train: all")
-    parser.add_argument("--graphs-per-batch", type=int,
-                        help="graphs per batch and rank (default: the config's); "
-                             "mace_run_train's batch is ranks x this")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
-                        help="seeds (default 0); each seed trains all three runs, and the "
-                             "goals are judged on the medians over the seeds")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="another training config key, for all runs")
     parser.add_argument("--name", help="output name (default: <data set>_<preset>)")
@@ -259,36 +238,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the CSVs, JSON and run folders go")
     parser.add_argument("--figure", type=Path,
                         help="figure (default: results/figures/fig_accuracy_<name>.png)")
+    add_settings(parser, AccuracySettings)
 
 
-def _settings(args: argparse.Namespace, seed: int) -> list[str]:
+def _settings(args: argparse.Namespace, s: AccuracySettings, seed: int) -> list[str]:
     """Training config overrides shared by every run of one seed."""
-    preset = PRESETS[args.preset]
-    model = {"hidden_irreps": args.hidden_irreps, "max_ell": args.max_ell,
-             "correlation": args.correlation}
+    preset = PRESETS[s.preset]
+    model = {"hidden_irreps": s.hidden_irreps, "max_ell": s.max_ell,
+             "correlation": s.correlation}
     settings = [f"model.{k}={v if v is not None else preset[k]}" for k, v in model.items()]
-    settings += [f"epochs={args.epochs or preset['epochs']}", f"seed={seed}",
+    settings += [f"epochs={s.epochs or preset['epochs']}", f"seed={seed}",
                  "progress=false", "measure_straggler=false",
                  "eval_interval=1",  # a point of the curve per epoch, as mace_run_train's
                  "warm_up=false",  # first-touch costs inside the timed epochs, as mace-torch's
                  "timeout_s=86400"]  # a collective may wait while another run has its turn
-    if args.graphs_per_batch:
-        settings.append(f"batch.graphs_per_batch={args.graphs_per_batch}")
+    if s.graphs_per_batch:
+        settings.append(f"batch.graphs_per_batch={s.graphs_per_batch}")
     return settings + list(args.overrides)
 
 
 SEED_RECORD = "seed.json"
 
 
-def seed_key(args: argparse.Namespace, seed: int, store, threads: int) -> dict:
+def seed_key(args: argparse.Namespace, s: AccuracySettings, seed: int, store, threads: int
+             ) -> dict:
     """What a seed's runs depend on: training settings, ranks, threads, extra epochs, and the
     graph shards and split (path, size, modification time)."""
     def stamp(path: Path) -> list:
         info = Path(path).stat()
         return [str(Path(path).resolve()), info.st_size, info.st_mtime_ns]
 
-    return {"settings": _settings(args, seed), "ranks": args.ranks, "threads": threads,
-            "extra_epochs": args.extra_epochs,
+    return {"settings": _settings(args, s, seed), "ranks": s.ranks, "threads": threads,
+            "extra_epochs": s.extra_epochs,
             "files": [stamp(f) for f in store.files] + [stamp(args.split_path)]}
 
 
@@ -305,34 +286,34 @@ def finished_seed(work: Path, key: dict) -> tuple[pd.DataFrame, pd.DataFrame, di
     return (pd.DataFrame(record["curve"]), pd.DataFrame(record["summary"]), record["facts"])
 
 
-def run_seed(args: argparse.Namespace, seed: int, store, graphs: list[Path], work: Path
-             ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+def run_seed(args: argparse.Namespace, s: AccuracySettings, seed: int, store,
+             graphs: list[Path], work: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """The three runs of one seed in work/: (their curves, their summary, facts for the JSON);
     a cfmtrain run short of mace_run_train's final force MAE trains up to --extra-epochs more.
     A seed finished before with the same settings (work/seed.json) is taken as it is."""
-    key = seed_key(args, seed, store, args.threads or available_cpus())
+    key = seed_key(args, s, seed, store, s.threads or available_cpus())
     done = finished_seed(work, key)
     if done is not None:
         print(f"seed {seed}: its runs finished before with these settings ({work / SEED_RECORD})",
               flush=True)
         return done
     (work / SEED_RECORD).unlink(missing_ok=True)
-    cfg = load_config(None, _settings(args, seed))
+    cfg = load_config(None, _settings(args, s, seed))
     parts = load_parts(store, args.split_path, cfg)
     stats = training_stats(cfg, store, parts)  # every run gets exactly these E0s
     e0s = dict(zip(stats.zs, stats.e0s, strict=True))
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, e0s=e0s))
     work.mkdir(parents=True, exist_ok=True)
     bench = Bench(cfg=cfg, graphs=[g.resolve() for g in graphs],
-                  split=args.split_path.resolve(), ranks=args.ranks,
-                  threads=args.threads or available_cpus(), work=work)
-    print(f"seed {seed}: training cfmtrain {' and '.join(RUNS[:2])} ({args.ranks} ranks) and "
+                  split=args.split_path.resolve(), ranks=s.ranks,
+                  threads=s.threads or available_cpus(), work=work)
+    print(f"seed {seed}: training cfmtrain {' and '.join(RUNS[:2])} ({s.ranks} ranks) and "
           f"mace_run_train (E0s {e0s}) in {cfg.epochs} paired rounds of one epoch...",
           flush=True)
     results, rounds = train_paired(bench, store, parts, e0s, RUNS[:2])
     target = float(results[MACE].curve.valid_mae_f_meV_per_A.iloc[-1])
     for variant in RUNS[:2]:
-        for epochs in range(cfg.epochs + 1, cfg.epochs + args.extra_epochs + 1):
+        for epochs in range(cfg.epochs + 1, cfg.epochs + s.extra_epochs + 1):
             if reached(results[variant].curve, target):
                 break
             print(f"seed {seed}: cfmtrain {variant}: epoch {epochs} (mace_run_train's final "
@@ -364,16 +345,17 @@ def run_seed(args: argparse.Namespace, seed: int, store, graphs: list[Path], wor
 def run(args: argparse.Namespace) -> int:
     """Train the three runs per seed, write the curves, the summaries and the figure, state the
     goals."""
+    s = from_args(AccuracySettings, args)
     graphs = args.graphs or [Path("results/graphs") / args.dataset]
     args.split_path = args.split or graphs[0] / "split.npz"
-    name = args.name or f"{args.dataset or graphs[0].resolve().name}_{args.preset}"
+    name = args.name or f"{args.dataset or graphs[0].resolve().name}_{s.preset}"
     store = GraphStore(graphs if len(graphs) > 1 else graphs[0])
     root = (args.output_dir / f"accuracy_{name}").resolve()
-    if len(set(args.seeds)) != len(args.seeds):
-        raise SystemExit(f"cfmtrain bench accuracy: --seeds repeats a seed: {args.seeds}")
+    if len(set(s.seeds)) != len(s.seeds):
+        raise SystemExit(f"cfmtrain bench accuracy: --seeds repeats a seed: {s.seeds}")
     curves, summaries, facts = [], [], []
-    for seed in args.seeds:
-        curve, summary, fact = run_seed(args, seed, store, graphs, root / f"seed{seed}")
+    for seed in s.seeds:
+        curve, summary, fact = run_seed(args, s, seed, store, graphs, root / f"seed{seed}")
         curves.append(curve)
         summaries.append(summary)
         facts.append(fact)
@@ -393,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
            f"time to accuracy on {name}: each run's epoch in each paired round")
     totals = report(overall(summary, rounds).to_dict("records"),
                     args.output_dir / f"accuracy_{name}_overall.csv",
-                    f"time to accuracy on {name}: per run over {len(args.seeds)} seed(s)")
+                    f"time to accuracy on {name}: per run over {len(s.seeds)} seed(s)")
     lines = goal_lines(summary, rounds)
     print("\n" + "\n".join(lines))
     figure = args.figure or Path("results/figures") / f"fig_accuracy_{name}.png"
@@ -401,7 +383,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {', '.join(map(str, drawn))}")
     write_json(args.output_dir / f"accuracy_{name}.json", {
         "name": name, "graphs": [str(g.resolve()) for g in graphs],
-        "split": str(args.split_path.resolve()), "ranks": args.ranks, "seeds": args.seeds,
+        "split": str(args.split_path.resolve()), "ranks": s.ranks, "seeds": s.seeds,
         "per_seed": facts, "goals": lines, "summary": summary.to_dict("records"),
         "overall": totals.to_dict("records"),
         "timing": "the three runs in paired rounds of one epoch each (order shuffled with "

@@ -13,11 +13,13 @@ import pandas as pd
 
 from cfmtrain import paper
 from cfmtrain.atomic import atomic_path
-from cfmtrain.paper import CAPACITY, CUTOFF, PAPER_GRAPHS, PAPER_PARAMETERS, PAPER_RANKS
+from cfmtrain.paper import CUTOFF
+from cfmtrain.settings import add_settings, from_args
 from cfmtrain.simulate import allreduce, strategies, versus_paper
 from cfmtrain.simulate import sizes as sizes_mod
 from cfmtrain.simulate.costmodel import BAND_LEVEL, CostModel, fit_cost_model
 from cfmtrain.simulate.records import FitRow, StrategyRow, StrongRow, ValidationRow, WeakRow
+from cfmtrain.simulate.settings import SimulateSettings
 from cfmtrain.simulate.simulator import scaling_table
 from cfmtrain.simulate.validate import cross_validate, variant_models
 from cfmtrain.sweep.calibrate import CalibrationPoint
@@ -25,21 +27,13 @@ from cfmtrain.tables import Record, read_table, records, write_table
 from cfmtrain.train.config import TrainConfig, load_config
 from cfmtrain.train.runs import Run, load_runs
 
-DEFAULT_RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, PAPER_RANKS, 1024)
-# gloo all-reduce between 2 processes over loopback on this project's 2-core host (measured with
-# torchrun and 10 all-reduces per size, machine under load): ~6 ms at 4 B, ~7 ms at 4 MB,
-# ~107 ms at 40 MB. Used only to predict measured multi-rank runs.
-LOCAL_ALPHA_S = 3e-3
-LOCAL_BETA_BYTES_PER_S = 4e8
-# The paper's Figure 11 (A100, float32): time per step flat up to about 800 atoms.
-A100_SATURATION_ATOMS = 800
 # the cost model of the strategies: fused kernels first, else the baseline's
 COST_PREFERENCE = (paper.BOTH, paper.KERNEL, paper.BASELINE, paper.BALANCER)
 CASES = {"cpu": "CPU (measured)", "accelerator": "accelerator (assumed)"}  # the `case` column
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of `cfmtrain simulate`."""
+    """Arguments of `cfmtrain simulate`: its inputs and output, then its settings."""
     a = parser.add_argument
     a("--runs", nargs="+", required=True,
       help="summary.json of measured training cells (data wait; validation)")
@@ -47,45 +41,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="the step-time calibration (cfmtrain sweep calibrate) the cost laws are fitted on")
     a("--graphs", nargs="+", required=True,
       help="graph store folder(s): the data set's sizes and edges per atom of each subset")
-    a("--distribution", choices=["table3", "dataset"], default="table3",
-      help="table3: the paper's mixture drawn at --total-graphs; dataset: the store's graphs")
-    a("--total-graphs", type=int, default=PAPER_GRAPHS)
-    a("--ranks", type=int, nargs="+", default=list(DEFAULT_RANKS))
-    a("--weak", nargs="*", default=[f"{g}:{r}" for g, r in paper.WEAK_SCALING],
-      help="GRAPHS:RANKS pairs (GRAPHS <= 1 is a fraction of the distribution)")
-    a("--graphs-per-batch", type=int, default=8, help="fixed-count variants, per rank")
-    a("--capacity", type=int, default=CAPACITY, help="Algorithm 1 bin capacity (atoms)")
-    a("--strategies", nargs="*", default=["algorithm1"],
-      help="packing strategies of cfmtrain.balance simulated besides the fixed count")
-    a("--algorithm", choices=sorted(allreduce.ALGORITHMS), default="ring")
-    a("--alpha", type=float, default=allreduce.SLINGSHOT_ALPHA_S, help="latency per message (s)")
-    a("--beta", type=float, default=allreduce.SLINGSHOT_BETA_BYTES_PER_S, help="bytes/s")
-    a("--parameters", type=float, default=PAPER_PARAMETERS,
-      help="model parameters all-reduced per step at the simulated scale (float32)")
-    a("--saturation-atoms", type=float, default=A100_SATURATION_ATOMS,
-      help="accelerator case: batches below this many atoms cost as much as this many")
-    a("--min-r2", type=float, default=0.95, help="a weaker calibration fit is unsupported")
-    a("--max-validation-error", type=float, default=0.15,
-      help="a variant whose worst predicted cell epoch time is off by more is unsupported")
-    a("--validation-parameters", type=float,
-      help="parameters of the measured runs' model (default: counted from each run's config)")
-    a("--validation-alpha", type=float, default=LOCAL_ALPHA_S)
-    a("--validation-beta", type=float, default=LOCAL_BETA_BYTES_PER_S)
-    a("--seed", type=int, default=0)
     a("--output-dir", type=Path, required=True)
+    add_settings(parser, SimulateSettings)
 
 
 def run(args: argparse.Namespace) -> int:
     """Write costmodels.json, fit.csv, validation.csv, strong.csv, weak.csv, strategies.csv
     (the CPU case), strong_accelerator.csv, weak_accelerator.csv and paper.md."""
+    s = from_args(SimulateSettings, args)
     runs = load_runs(args.runs)
     laws = fit_laws(read_calibration(args.calibration), str(args.calibration))
-    local = allreduce.Network(args.validation_alpha, args.validation_beta, args.algorithm)
-    grad_local = (args.validation_parameters * allreduce.FLOAT32_BYTES
-                  if args.validation_parameters else gradient_bytes_of(runs))
+    local = allreduce.Network(s.validation_alpha, s.validation_beta, s.network.algorithm)
+    grad_local = (s.validation_parameters * allreduce.FLOAT32_BYTES
+                  if s.validation_parameters else gradient_bytes_of(runs))
     validation = cross_validate(laws, runs, kernels_of, local, grad_local)
     models = variant_models(laws, runs, kernels_of)
-    verdicts = {v: verdict(m, validation, args.min_r2, args.max_validation_error)
+    verdicts = {v: verdict(m, validation, s.min_r2, s.max_validation_error)
                 for v, m in models.items()}
     for variant, model in models.items():
         model.model_error = verdicts[variant]["worst_validation_error"]
@@ -93,27 +64,29 @@ def run(args: argparse.Namespace) -> int:
     _write_json(out / "costmodels.json", {v: dataclasses.asdict(m) for v, m in models.items()})
     write_table(out / "fit.csv", [fit_row(m, verdicts[v]) for v, m in models.items()], FitRow)
     _write_csv(out / "validation.csv", validation, ValidationRow)
-    full = _distribution(args)
-    network = allreduce.Network(args.alpha, args.beta, args.algorithm)
-    grad = args.parameters * allreduce.FLOAT32_BYTES
+    full = _distribution(args.graphs, s)
+    network = allreduce.Network(s.network.alpha_s, s.network.beta_bytes_per_s,
+                                s.network.algorithm)
+    grad = s.parameters * allreduce.FLOAT32_BYTES
     sections = []
     for case, label in CASES.items():
-        cased = {v: dataclasses.replace(m, saturation_atoms=args.saturation_atoms
+        cased = {v: dataclasses.replace(m, saturation_atoms=s.saturation_atoms
                                         if case == "accelerator" else 0.0)
                  for v, m in models.items()}
-        plans = variant_plans(cased, args, full)
+        plans = variant_plans(cased, s, full)
         suffix = "" if case == "cpu" else f"_{case}"
-        strong = _judged(scaling_table(full, plans, args.ranks, network, grad), verdicts, label)
+        strong = _judged(scaling_table(full, plans, s.ranks, network, grad), verdicts, label)
         _write_csv(out / f"strong{suffix}.csv",
-                   strong.assign(strategy=strong.run.map(_strategy_names(args))), StrongRow)
+                   strong.assign(strategy=strong.run.map(_strategy_names(s))), StrongRow)
         _write_csv(out / f"weak{suffix}.csv",
-                   _judged(_weak(full, plans, args, network, grad), verdicts, label), WeakRow)
+                   _judged(_weak(full, plans, s, network, grad), verdicts, label), WeakRow)
         if case == "cpu":
             _write_csv(out / "strategies.csv", _judged(scaling_table(
-                full, strategy_plans(cased, args), args.ranks, network, grad), verdicts, label),
+                full, strategy_plans(cased, s), s.ranks, network, grad), verdicts, label),
                 StrategyRow)
         sections.append(versus_paper.section(f"{label[0].upper()}{label[1:]}", strong))
-    text = versus_paper.markdown(sections, assumptions(args, full, models, verdicts, validation))
+    text = versus_paper.markdown(sections, assumptions(s, args.calibration, full, models,
+                                                       verdicts, validation))
     with atomic_path(out / "paper.md") as tmp:
         tmp.write_text(text)
     print(text)
@@ -185,66 +158,66 @@ def _judged(table: pd.DataFrame, verdicts: dict, case: str) -> pd.DataFrame:
                             lambda v: verdicts[v]["unsupported_reason"]))
 
 
-def variant_plans(models: dict[str, CostModel], args: argparse.Namespace,
+def variant_plans(models: dict[str, CostModel], s: SimulateSettings,
                   full: sizes_mod.Sizes) -> dict:
     """Each measured variant with its own batching and its own cost model."""
-    fixed = strategies.fixed_count(args.graphs_per_batch, args.seed)
-    balanced = strategies.packed("algorithm1", args.capacity, args.seed)
+    fixed = strategies.fixed_count(s.graphs_per_batch, s.seed)
+    balanced = strategies.packed("algorithm1", s.capacity, s.seed)
     plans = {}
     for name, model in models.items():
         v = paper.variant(name)
         if v.matched:
             per_bin = len(full.atoms) / balanced(full, 1).steps
-            plans[name] = (strategies.fixed_count(max(1, round(per_bin)), args.seed), model)
+            plans[name] = (strategies.fixed_count(max(1, round(per_bin)), s.seed), model)
         else:
             plans[name] = (balanced if v.balanced else fixed, model)
     return plans
 
 
-def strategy_plans(models: dict[str, CostModel], args: argparse.Namespace) -> dict:
+def strategy_plans(models: dict[str, CostModel], s: SimulateSettings) -> dict:
     """Every strategy under the fused-kernel cost model (else the baseline's)."""
     cost = next((v.name for v in COST_PREFERENCE if v.name in models), next(iter(models)))
     plans = {f"fixed_count ({cost} cost)":
-             (strategies.fixed_count(args.graphs_per_batch, args.seed), models[cost])}
-    for name in args.strategies:
-        plans[f"{name} ({cost} cost)"] = (strategies.packed(name, args.capacity, args.seed),
+             (strategies.fixed_count(s.graphs_per_batch, s.seed), models[cost])}
+    for name in s.strategies:
+        plans[f"{name} ({cost} cost)"] = (strategies.packed(name, s.capacity, s.seed),
                                           models[cost])
     return plans
 
 
-def _strategy_names(args: argparse.Namespace) -> dict[str, str]:
+def _strategy_names(s: SimulateSettings) -> dict[str, str]:
     """Each variant's batching, as the strategy column names it."""
     def name(v: paper.Variant) -> str:
         if v.matched:
             return "fixed_count matched"
         if v.balanced:
-            return f"algorithm1 {args.capacity}"
-        return f"fixed_count {args.graphs_per_batch}"
+            return f"algorithm1 {s.capacity}"
+        return f"fixed_count {s.graphs_per_batch}"
     return {v.name: name(v) for v in paper.ALL_VARIANTS}
 
 
-def _weak(full: sizes_mod.Sizes, plans: dict, args: argparse.Namespace,
+def _weak(full: sizes_mod.Sizes, plans: dict, s: SimulateSettings,
           network: allreduce.Network, grad: float) -> pd.DataFrame:
     frames = []
-    for spec in args.weak:
+    for spec in s.weak:
         size_text, _, ranks_text = spec.partition(":")
         size, ranks = float(size_text), int(ranks_text)
         count = round(size * len(full.atoms)) if size <= 1 else int(size)
         if not 1 <= count <= len(full.atoms) or ranks < 1:
             raise ValueError(f"--weak {spec}: need 1 <= graphs <= {len(full.atoms)} and ranks >= 1")
-        subset = full.nested(count, args.seed)
+        subset = full.nested(count, s.seed)
         frames.append(scaling_table(subset, plans, [ranks], network, grad).assign(
             dataset=f"{count / 1e6:.2f}M graphs" if count >= 1e5 else f"{count} graphs",
             graphs=count))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _distribution(args: argparse.Namespace) -> sizes_mod.Sizes:
-    store = sizes_mod.store_sizes(args.graphs)
-    if args.distribution == "dataset":
+def _distribution(graphs: list[str], s: SimulateSettings) -> sizes_mod.Sizes:
+    store = sizes_mod.store_sizes(graphs)
+    if s.distribution == "dataset":
         return store
-    return sizes_mod.table3_mixture(sizes_mod.neighbours_per_atom(store), args.total_graphs,
-                                    args.seed)
+    return sizes_mod.table3_mixture(sizes_mod.neighbours_per_atom(store), s.total_graphs,
+                                    s.seed)
 
 
 def gradient_bytes_of(runs: list[Run]):
@@ -282,8 +255,9 @@ def fit_row(model: CostModel, judged: dict) -> FitRow:
                   kernels=kernels_of(model.variant), **judged)
 
 
-def assumptions(args: argparse.Namespace, full: sizes_mod.Sizes, models: dict[str, CostModel],
-                verdicts: dict, validation: pd.DataFrame) -> list[str]:
+def assumptions(s: SimulateSettings, calibration: Path, full: sizes_mod.Sizes,
+                models: dict[str, CostModel], verdicts: dict,
+                validation: pd.DataFrame) -> list[str]:
     """The stated assumptions of the simulation, for paper.md."""
     fits = ", ".join(
         f"{v}: R² {m.r2:.3f}, mean rel. error {100 * m.mean_rel_error:.1f}% over {m.samples} "
@@ -296,10 +270,10 @@ def assumptions(args: argparse.Namespace, full: sizes_mod.Sizes, models: dict[st
         "Per-rank step time = mean measured data wait of the variant's cells + c0 + "
         "c_atoms*atoms + c_edges*edges, the law of the variant's compute path (mace-torch's "
         "modules or the fused kernels) fitted on this machine's calibration (median training-"
-        f"thread CPU time per step of batches of sparse and dense graphs, {args.calibration}; "
-        f"its median wall/CPU ratio {_wall_cpu(args.calibration):.2f}): {fits}.",
-        f"Support: a variant is simulated only when its fit's R² >= {args.min_r2:g} and every "
-        f"cell of it is predicted within {100 * args.max_validation_error:g}% (validation.csv: "
+        f"thread CPU time per step of batches of sparse and dense graphs, {calibration}; "
+        f"its median wall/CPU ratio {_wall_cpu(calibration):.2f}): {fits}.",
+        f"Support: a variant is simulated only when its fit's R² >= {s.min_r2:g} and every "
+        f"cell of it is predicted within {100 * s.max_validation_error:g}% (validation.csv: "
         "the law from the calibration, the data wait from the variant's cells at the other rank "
         "counts; an uncontended cell's epoch wall time, a contended cell's compute CPU time, "
         f"since its wall time includes waiting for cores: {contended} of {len(validation)} "
@@ -309,16 +283,17 @@ def assumptions(args: argparse.Namespace, full: sizes_mod.Sizes, models: dict[st
         "error.",
         "CPU case (measured): a batch's cost falls with its size down to c0. Absolute times are "
         "this machine's per-rank speed, not an A100's: compare ratios (speedup, efficiency).",
-        f"Accelerator case (assumed, not measured): a batch below {args.saturation_atoms:g} "
+        f"Accelerator case (assumed, not measured): a batch below {s.saturation_atoms:g} "
         "atoms costs as much as that many (the flat part of the paper's Figure 11 on an A100), "
         "above it the CPU law; strong_accelerator.csv, weak_accelerator.csv. It changes only "
         "steps whose slowest rank holds fewer atoms; with many ranks a step's slowest rank "
         "rarely does, so the two cases then give the same epoch time.",
-        f"Step time = max over ranks + one {args.algorithm} all-reduce of {args.parameters:.3g} "
-        f"float32 parameters (alpha {args.alpha:g} s, beta {args.beta:.3g} B/s; "
+        f"Step time = max over ranks + one {s.network.algorithm} all-reduce of "
+        f"{s.parameters:.3g} float32 parameters (alpha {s.network.alpha_s:g} s, beta "
+        f"{s.network.beta_bytes_per_s:.3g} B/s; "
         "Slingshot-11-class public figures), no overlap with backward.",
-        f"Batching: fixed count {args.graphs_per_batch} graphs per rank (DistributedSampler), "
-        f"Algorithm 1 at capacity {args.capacity} atoms (cfmtrain.balance), bin k to rank k % R.",
+        f"Batching: fixed count {s.graphs_per_batch} graphs per rank (DistributedSampler), "
+        f"Algorithm 1 at capacity {s.capacity} atoms (cfmtrain.balance), bin k to rank k % R.",
         "No constant is fitted to the paper's numbers; they appear only in this table.",
     ]
 

@@ -11,7 +11,9 @@ from pathlib import Path
 from cfmtrain.atomic import atomic_path
 from cfmtrain.graphs.split import load_split
 from cfmtrain.graphs.store import GraphStore
+from cfmtrain.settings import add_settings, from_args, given
 from cfmtrain.sweep import batch, calibrate, capacity
+from cfmtrain.sweep.settings import Preset, SweepSettings
 from cfmtrain.tables import write_table
 from cfmtrain.train.build import load_parts
 from cfmtrain.train.config import load_config
@@ -22,7 +24,7 @@ from cfmtrain.train.config import load_config
 # x 2 compute paths, about 3 minutes on 2 cores with the cells' 32x0e+32x1o, lmax 2 model).
 SMALL_MODEL = ["model.hidden_irreps=16x0e+16x1o", "model.max_ell=2", "model.correlation=2",
                "model.radial_mlp=[16,16]"]
-PRESETS = {
+PRESETS: dict[Preset, dict] = {
     "quick": {"overrides": SMALL_MODEL, "small": [1, 4, 16], "large": [1, 2],
               "capacities": [256, 512, 1024], "repeats": 2,
               "calibration": [96, 256, 512, 1024, 2048, 3072], "calibration_repeats": 3},
@@ -39,81 +41,70 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graphs", type=Path, nargs="+", required=True,
                         help="graph store folder (calibrate: several, a union, as train)")
     parser.add_argument("--split", type=Path, required=True, help="the store's split.npz")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
-    parser.add_argument("--dtypes", nargs="+", help="batch, capacity: default float32 float64")
-    parser.add_argument("--small-subset", default="water_clusters",
-                        help="subset whose graphs are the 'small molecules'")
-    parser.add_argument("--large-subset", default="cuni", help="subset of 'large molecules'")
-    parser.add_argument("--memory-budget-mb", type=int, default=0,
-                        help="memory a step may use beyond the loaded model (0: no limit); "
-                             "stands in for an accelerator's memory")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--override", action="append", default=[],
                         help="training-config KEY=VALUE on top of the preset's model")
     parser.add_argument("--set", dest="settings", action="append", default=[],
                         metavar="KEY=VALUE",
                         help="calibrate: the cells' training setting (as `cfmtrain train --set`)")
-    parser.add_argument("--tolerance", type=float, default=0.1,
-                        help="capacity: throughput within this fraction of the best counts as "
-                             "saturated")
     parser.add_argument("--output", type=Path, required=True, help="CSV to write")
     parser.add_argument("--recommendation", type=Path,
                         help="capacity: JSON with the recommended capacity (Markdown beside)")
+    add_settings(parser, SweepSettings)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep and write its CSV (and the capacity recommendation)."""
-    preset = PRESETS[args.preset]
+    s = from_args(SweepSettings, args)
+    preset = PRESETS[s.preset]
     if len(args.graphs) > 1 and args.kind != "calibrate":
         raise SystemExit(f"sweep {args.kind}: one graph store folder, got {len(args.graphs)}")
     store = GraphStore(args.graphs if len(args.graphs) > 1 else args.graphs[0])
     if args.kind == "calibrate":
-        return _calibrate(args, store, preset)
-    args.dtypes = args.dtypes or ["float32", "float64"]
+        if args.override or "dtypes" in given(args):
+            raise SystemExit("sweep calibrate: the model and dtype are the cells' (--set), not "
+                             "--override/--dtypes")
+        return _calibrate(args, s, store, preset)
     overrides = [*preset["overrides"], *args.override]
     common = dict(overrides=overrides, repeats=preset["repeats"],
-                  budget_mb=args.memory_budget_mb, threads=args.threads)
+                  budget_mb=s.memory_budget_mb, threads=s.threads)
     if args.kind == "batch":
         frame = write_table(args.output, batch.batch_sweep(
-            store, str(args.split), {"small": args.small_subset, "large": args.large_subset},
-            {"small": preset["small"], "large": preset["large"]}, args.dtypes, **common),
+            store, str(args.split), {"small": s.small_subset, "large": s.large_subset},
+            {"small": preset["small"], "large": preset["large"]}, s.dtypes, **common),
             batch.BatchPoint)
     else:
         train = load_split(args.split)["train"]
         frame = write_table(args.output, capacity.capacity_sweep(
-            store, str(args.split), train, preset["capacities"], args.dtypes, **common),
+            store, str(args.split), train, preset["capacities"], s.dtypes, **common),
             capacity.CapacityPoint)
     print(frame.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if args.kind == "capacity" and args.recommendation:
         largest = int(store.num_atoms.max())
-        recs = [capacity.recommend(frame, largest, d, args.tolerance) for d in args.dtypes]
+        recs = [capacity.recommend(frame, largest, d, s.tolerance) for d in s.dtypes]
         main = recs[0]
-        data = {**main, "per_dtype": recs, "preset": args.preset, "graphs": str(args.graphs[0])}
+        data = {**main, "per_dtype": recs, "preset": s.preset, "graphs": str(args.graphs[0])}
         with atomic_path(args.recommendation) as tmp:
             tmp.write_text(json.dumps(data, indent=2) + "\n")
         with atomic_path(args.recommendation.with_suffix(".md")) as tmp:
-            tmp.write_text(_markdown(recs, args))
-        print(_markdown(recs, args))
+            tmp.write_text(_markdown(recs, s.preset, args.graphs[0]))
+        print(_markdown(recs, s.preset, args.graphs[0]))
     return 0
 
 
-def _calibrate(args: argparse.Namespace, store, preset: dict) -> int:
-    """The calibration with the cells' settings; threads from them, else --threads."""
+def _calibrate(args: argparse.Namespace, s: SweepSettings, store, preset: dict) -> int:
+    """The calibration with the cells' settings; threads from them, else the sweep's."""
     cfg = load_config(overrides=args.settings)  # a wrong key or value fails here, named
-    if args.override or args.dtypes:
-        raise SystemExit("sweep calibrate: the model and dtype are the cells' (--set), not "
-                         "--override/--dtypes")
     train = load_parts(store, args.split, cfg)["train"]  # the cells' training graphs
     points = calibrate.calibration_sweep(store, str(args.split), train, preset["calibration"],
                                          args.settings, preset["calibration_repeats"],
-                                         cfg.threads or args.threads)
+                                         cfg.threads or s.threads)
     frame = write_table(args.output, points, calibrate.CalibrationPoint)
     print(frame.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0
 
 
-def _markdown(recs: list[dict], args: argparse.Namespace) -> str:
-    lines = [f"# Recommended bin capacity ({args.preset} preset, {args.graphs[0]})", "",
+def _markdown(recs: list[dict], preset: str, graphs: Path) -> str:
+    lines = [f"# Recommended bin capacity ({preset} preset, {graphs})", "",
              "| dtype | recommended (atoms) | lower bound: largest graph | memory upper bound |"
              " reason |", "|---|---:|---:|---:|---|"]
     for r in recs:

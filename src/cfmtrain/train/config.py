@@ -8,23 +8,17 @@ as plain data in every checkpoint and results folder.
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
-import types
-import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from cfmtrain import typed
 from cfmtrain.paper import BASELINE, VARIANTS, variant
+from cfmtrain.typed import ConfigError, apply
 
 Variant = Literal[VARIANTS]  # Literal of a tuple: the same as Literal of its items
-
-
-class ConfigError(ValueError):
-    """A configuration key or value that is not allowed; the message names the key."""
 
 
 @dataclasses.dataclass
@@ -132,128 +126,6 @@ class TrainConfig:
         return mode == "epoch" or (mode == "auto" and self.balanced)
 
 
-# YAML 1.2's finite numbers (PyYAML, a YAML 1.1 reader, leaves 1e-3 and 5e-07 as strings)
-_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
-_INT = re.compile(r"[-+]?[0-9]+")
-_BOOLS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
-_NULLS = {"", "~", "null", "Null", "NULL", "none", "None"}
-# command-line text -> value (None: not of that type), and what was expected
-_SCALARS: dict[type, tuple[Callable[[str], Any], str]] = {
-    int: (lambda t: int(t) if _INT.fullmatch(t) else None, "an integer"),
-    float: (lambda t: float(t) if _FLOAT.fullmatch(t) else None, "a finite number"),
-    bool: (lambda t: _BOOLS.get(t.lower()), "true or false"),
-}
-
-
-def _check_value(value: Any, hint: Any, key: str) -> Any:
-    """`value` as type `hint` (ints and number strings such as '5e-07' may become floats), else
-    a ConfigError naming the key."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return _check_value(value, arg, key)
-            except ConfigError as err:
-                errors.append(str(err).removeprefix(f"config {key}: "))
-        raise ConfigError(f"config {key}: {value!r} fits none of its types: " + "; ".join(errors))
-    if origin is Literal:
-        if value not in args:
-            raise ConfigError(f"config {key}: {value!r} is not one of {list(args)}")
-        return value
-    if origin is list:
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"config {key}: expected a list, got {value!r}")
-        return [_check_value(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"config {key}: expected a mapping, got {value!r}")
-        return {str(k): _check_value(v, args[1], f"{key}.{k}") for k, v in value.items()}
-    if hint is float:
-        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
-            value = float(value)
-        elif isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, float) or not math.isfinite(value):
-            raise ConfigError(f"config {key}: expected a finite number, got {value!r}")
-        return value
-    if hint is str and isinstance(value, Path):
-        return str(value)
-    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
-        raise ConfigError(f"config {key}: expected {hint.__name__}, got {value!r}")
-    return value
-
-
-def _field_hint(keys: list[str]) -> Any:
-    """The declared type of the dotted key `keys` of TrainConfig; None if there is no such key."""
-    hint: Any = TrainConfig
-    for name in keys:
-        if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
-            return None
-        hint = typing.get_type_hints(hint).get(name)
-    return hint
-
-
-def _unquote(text: str) -> str:
-    """`text` without one pair of enclosing YAML/JSON quotes ('"a b"' -> 'a b'), else as is."""
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            return text
-        return value if isinstance(value, str) else text
-    return text
-
-
-def _from_text(text: str, hint: Any, key: str) -> Any:
-    """A command-line value read by its key's declared type `hint`: ints in decimal, floats as
-    YAML 1.2 numbers (1e-3, 5e-07), bools as true/false/yes/no/on/off, null/none/~ for optional
-    keys, strings as typed (one pair of quotes removed), lists and mappings as YAML."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    stripped = text.strip()
-    if origin in (typing.Union, types.UnionType):
-        if type(None) in args and stripped in _NULLS:
-            return None
-        errors = []
-        for arg in (a for a in args if a is not type(None)):  # the first type that reads it
-            try:
-                return _check_value(_from_text(text, arg, key), arg, key)
-            except ConfigError as err:
-                errors.append(str(err).removeprefix(f"config {key}: "))
-        raise ConfigError(f"config {key}: {text!r} fits none of its types: " + "; ".join(errors))
-    if hint is str or origin is Literal:
-        return _unquote(text)
-    if hint in _SCALARS:
-        parse, expected = _SCALARS[hint]
-        value = parse(stripped)
-        if value is None:
-            raise ConfigError(f"config {key}: expected {expected}, got {text!r}")
-        return value
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        problem = getattr(err, "problem", None) or err
-        raise ConfigError(f"config {key}: {text!r} is not a YAML value ({problem})") from None
-
-
-def _apply(obj: Any, updates: dict, prefix: str = "") -> None:
-    hints = typing.get_type_hints(type(obj))
-    for name, value in updates.items():
-        key = f"{prefix}{name}"
-        if name not in hints:
-            known = ", ".join(f"{prefix}{k}" for k in hints)
-            raise ConfigError(f"config: unknown key {key!r}; known keys: {known}")
-        current = getattr(obj, name)
-        if dataclasses.is_dataclass(current):
-            if not isinstance(value, dict):
-                raise ConfigError(f"config {key}: expected a mapping, got {value!r}")
-            _apply(current, value, f"{key}.")
-        else:
-            setattr(obj, name, _check_value(value, hints[name], key))
-
-
 # Range of every numeric key: (test, what the value must be). Lists are checked per entry;
 # None (model.r_max: the store's cutoff) is not a number and passes.
 RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
@@ -326,12 +198,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
 
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`optim.lr=1e-3` -> (['optim', 'lr'], 0.001); the value is read by the key's declared
-    type (see _from_text), or as YAML for a mapping or an unknown key (refused later)."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"override {text!r}: expected KEY=VALUE, e.g. optim.lr=0.01")
-    keys = key.strip().split(".")
-    return keys, _from_text(value, _field_hint(keys), ".".join(keys))
+    type (cfmtrain.typed.from_text), or as YAML for a mapping or an unknown key (refused
+    later)."""
+    return typed.parse_override(text, TrainConfig)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = (),
@@ -339,21 +208,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (),
     """Defaults, then `base` (a saved config dict), then a YAML file, then KEY=VALUE overrides."""
     cfg = TrainConfig()
     if base:
-        _apply(cfg, base)
+        apply(cfg, base)
     if path is not None:
         data = yaml.safe_load(Path(path).read_text()) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: a training config must be a YAML mapping")
         try:
-            _apply(cfg, data)
+            apply(cfg, data)
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
     for text in overrides:
-        keys, value = parse_override(text)
-        nested: dict = {keys[-1]: value}
-        for k in reversed(keys[:-1]):
-            nested = {k: nested}
-        _apply(cfg, nested)
+        apply(cfg, typed.nested(*parse_override(text)))
     return validate(cfg)
 
 
