@@ -77,6 +77,7 @@ def test_without_a_gpu_it_checks_through_the_fallback_and_says_so(tmp_path):
     assert not (tmp_path / "results/figures").exists()
 
 
+@pytest.mark.slow
 def test_a_check_that_fails_makes_the_command_fail(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(gpu_equality, "CONV_SHAPES", CONV_SHAPES[:1])
     monkeypatch.setattr(gpu_equality, "SC_SHAPES", SC_SHAPES[:1])
