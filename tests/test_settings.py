@@ -36,14 +36,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
 # each settings section's keys that are the workflow's own (which data set, which variants)
 WORKFLOW_KEYS = {"simulate": {"dataset", "variants", "measured_ranks"}, "sweep": {"dataset"},
-                 "accuracy": {"datasets"}}
+                 "accuracy": {"datasets"}, "scale": set()}
 # the command of each settings section: its module (add_arguments, run)
 COMMANDS = {"simulate": "cfmtrain.simulate.cli", "sweep": "cfmtrain.sweep.cli",
-            "accuracy": "cfmtrain.bench.accuracy"}
+            "accuracy": "cfmtrain.bench.accuracy", "scale": "cfmtrain.bench.scale"}
 # the only hand-written defaults of those commands: options that are no setting (a list to
 # append to, a folder); any other is a setting, to be declared in the command's dataclass
 HAND_DEFAULTS = {("cfmtrain.sweep.cli", "--override"), ("cfmtrain.sweep.cli", "--set"),
-                 ("cfmtrain.bench.accuracy", "--set"), ("cfmtrain.bench.accuracy", "--output-dir")}
+                 ("cfmtrain.bench.accuracy", "--set"), ("cfmtrain.bench.accuracy", "--output-dir"),
+                 *(("cfmtrain.bench.scale", f) for f in ("--work", "--output", "--figure"))}
 
 
 def parser_of(module_name: str) -> argparse.ArgumentParser:
@@ -73,7 +74,7 @@ def test_the_schema_holds_no_default_of_a_setting(name):
     section = SCHEMA["properties"][name]
     assert section.get("default", {}) == {}, f"{name}: an object default"
     keys = list(_schema_settings(section, SECTIONS[name]))
-    assert len(keys) >= 4
+    assert len(keys) >= 3
     repeated = [f"{name}.{key}" for key, sub, _ in keys if "default" in sub]
     assert not repeated, f"defaults of the dataclass written again in the schema: {repeated}"
 
@@ -269,10 +270,12 @@ def test_fill_gives_an_omitted_section_every_default_and_names_a_wrong_key():
 OVERLAY = {"simulate": {"dataset": "mini_s", "ranks": [16, 740], "weak": ["0.5:2"],
                         "network": {"alpha_s": 1e-6}, "min_r2": 0.9},
            "sweep": {"threads": 1, "small_subset": "water clusters;x", "dtypes": ["float64"]},
-           "accuracy": {"seeds": [3, 4], "epochs": 5, "ranks": 1}}
+           "accuracy": {"seeds": [3, 4], "epochs": 5, "ranks": 1},
+           "scale": {"graphs": [300, 600], "steps": 4}}
 TARGETS = {"simulate": ("results/simulate/mini_s/dataset/strong.csv", {"distribution": "dataset"}),
            "sweep": ("results/sweep/mini/capacity_full.csv", {"preset": "full"}),
-           "accuracy": ("results/bench/accuracy_mini_quick_summary.csv", {"preset": "quick"})}
+           "accuracy": ("results/bench/accuracy_mini_quick_summary.csv", {"preset": "quick"}),
+           "scale": ("results/bench/scale.csv", {})}
 
 
 @pytest.mark.workflow
@@ -289,7 +292,8 @@ def test_each_rule_passes_its_config_section_as_its_settings(tmp_path):
     lines = {}
     for line in result.stdout.splitlines():  # each command's words after its name
         for name, words in (("simulate", "cfmtrain simulate "), ("sweep", "cfmtrain sweep "),
-                            ("accuracy", "cfmtrain bench accuracy ")):
+                            ("accuracy", "cfmtrain bench accuracy "),
+                            ("scale", "cfmtrain bench scale ")):
             if words in line and " sweep calibrate " not in line:
                 argv = shlex.split(line[line.index(words) + len(words):])
                 lines[name] = argv[:argv.index(">")]

@@ -15,6 +15,7 @@ import typing
 
 from cfmtrain import settings, typed
 from cfmtrain.bench.accuracy_settings import AccuracySettings
+from cfmtrain.bench.scale_settings import ScaleSettings
 from cfmtrain.simulate.settings import SimulateSettings
 from cfmtrain.sweep.settings import SweepSettings
 
@@ -23,6 +24,7 @@ SECTIONS: dict[str, type] = {
     "simulate": SimulateSettings,  # cfmtrain simulate
     "sweep": SweepSettings,  # cfmtrain sweep batch|capacity (calibrate: preset, threads)
     "accuracy": AccuracySettings,  # cfmtrain bench accuracy
+    "scale": ScaleSettings,  # cfmtrain bench scale (and the `scale` target's data and training)
 }
 
 

@@ -51,17 +51,18 @@ rule scale_train:
         folder=lambda wildcards, output: os.path.dirname(output.timeline),
         cutoff=config["cutoff"],
         settings=command(*train_overrides(SCALE["steps"])),
-    threads: 2
+        ranks=SCALE["ranks"],
+    threads: SCALE["ranks"]  # a thread a rank
     resources:
         machine=ALONE,
-        tasks=2,
+        tasks=SCALE["ranks"],
         cpus_per_task=1,
         mpi="srun",
         srun_args="",
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain launch --ranks 2 --threads 1"
+        "python -m cfmtrain launch --ranks {params.ranks} --threads 1"
         " --srun-args={resources.srun_args:q} -- train --graphs {params.graphs:q}"
         " --split {input.split:q} --output {params.folder:q} --variant both"
         " --dataset {wildcards.dataset:q} --cutoff {params.cutoff:q} {params.settings}"
@@ -77,10 +78,9 @@ rule bench_scale:
     log:
         "logs/bench/scale.log",
     params:
-        graphs=SCALE["graphs"],
-        steps=SCALE["steps"],
+        settings=command(*settings_option(config, "scale")),
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain bench scale --from-pipeline . --graphs {params.graphs}"
-        " --steps {params.steps} --output {output.csv:q} --figure {output.figure:q} > {log:q} 2>&1"
+        "python -m cfmtrain bench scale --from-pipeline . {params.settings}"
+        " --output {output.csv:q} --figure {output.figure:q} > {log:q} 2>&1"

@@ -44,11 +44,13 @@ import numpy as np
 import pandas as pd
 
 from cfmtrain import children
+from cfmtrain.bench.scale_settings import ScaleSettings
 from cfmtrain.bench.table import report
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.measure.paired import Ratio, run_rounds
 from cfmtrain.paper import BOTH
 from cfmtrain.plots.scale import draw_scale
+from cfmtrain.settings import add_settings, from_args
 from cfmtrain.tables import Record, read_table
 from cfmtrain.train.steps import StepRecord
 
@@ -82,7 +84,6 @@ class ScaleRow(Record):
 
 COLUMNS = ScaleRow.columns()
 ORDER = (*STAGES[:2], "graphs_2_processes", *STAGES[2:])  # the table's rows per count
-SHARD_GRAPHS = 20_000  # frames per shard: jobs of ~20 s each (memory is bounded at any size)
 MODEL = ('model.hidden_irreps="16x0e+16x1o"', "model.max_ell=2", "model.correlation=3",
          "model.radial_mlp=[32, 32]")
 GB = 1e9
@@ -262,14 +263,6 @@ def measure(count: int, work: Path, steps: int, ranks: int, workers: int,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `cfmtrain bench scale`."""
-    parser.add_argument("--graphs", type=int, nargs="+", default=[10_000, 100_000],
-                        help="graph counts (default 10000 100000; the paper's scale: 1000000)")
-    parser.add_argument("--steps", type=int, default=50, help="training steps (default 50)")
-    parser.add_argument("--ranks", type=int, default=2, help="training ranks (default 2)")
-    parser.add_argument("--workers", type=int, default=2,
-                        help="parallel generate and graphs processes (default 2)")
-    parser.add_argument("--shard-graphs", type=int, default=SHARD_GRAPHS,
-                        help=f"frames per shard (default {SHARD_GRAPHS})")
     parser.add_argument("--work", type=Path, default=Path("results/bench/scale"),
                         help="folder for the generated data (default results/bench/scale)")
     parser.add_argument("--output", type=Path, default=Path("results/bench/scale.csv"))
@@ -278,17 +271,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from-pipeline", type=Path, metavar="DIR",
                         help="collect the rows from the jobs of the Snakemake target `scale` "
                         "run in DIR instead of running the stages (no graphs_2_processes row)")
-    parser.add_argument("--open-rounds", type=int, default=7,
-                        help="paired rounds of opening every count's store (default 7)")
-    parser.add_argument("--scaling-rounds", type=int, default=3,
-                        help="paired rounds of graph building in 1 against 2 processes, on the "
-                        "smallest count's first shard (default 3; 0: not measured)")
+    add_settings(parser, ScaleSettings)
 
 
 def run(args: argparse.Namespace) -> int:
     """Measure (or collect) each count, then print and write the table and draw the figure."""
+    s = from_args(ScaleSettings, args)
     rows, stores = [], {}
-    counts = sorted(set(args.graphs))
+    counts = sorted(set(s.graphs))
     if counts[0] < 100:
         print(f"error: --graphs {counts[0]}: at least 100 graphs", file=sys.stderr)
         return 2
@@ -297,19 +287,19 @@ def run(args: argparse.Namespace) -> int:
             rows += pipeline_rows(count, args.from_pipeline)
             stores[count] = args.from_pipeline / "results/graphs" / f"scale_{count}"
             continue
-        rows += measure(count, args.work, args.steps, args.ranks, args.workers,
-                        args.shard_graphs, args.scaling_rounds if count == counts[0] else 0)
+        rows += measure(count, args.work, s.steps, s.ranks, s.workers,
+                        s.shard_graphs, s.scaling_rounds if count == counts[0] else 0)
         stores[count] = args.work / str(count) / "graphs"
         for part in ("frames", "run") if not args.keep else ():  # graphs: for the open rounds
             shutil.rmtree(args.work / str(count) / part, ignore_errors=True)
-    rows += [table_rows(r["graphs"], [r])[0] for r in open_rows(stores, args.open_rounds)]
+    rows += [table_rows(r["graphs"], [r])[0] for r in open_rows(stores, s.open_rounds)]
     rows.sort(key=lambda r: (r["graphs"], ORDER.index(r["stage"])))
     if not args.keep and not args.from_pipeline:
         for count in counts:
             shutil.rmtree(args.work / str(count), ignore_errors=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    table = report(rows, args.output, f"data path at scale: crystals, `both` on {args.ranks} "
-                   f"ranks, {args.steps} steps")
+    table = report(rows, args.output, f"data path at scale: crystals, `both` on {s.ranks} "
+                   f"ranks, {s.steps} steps")
     draw_scale(table, args.figure, STAGES)
     print(f"wrote {args.figure}")
     return 0
