@@ -168,7 +168,8 @@ def test_make_test_skips_the_slurm_install_only_when_asked(tmp_path):
 def _setup_copy(tmp_path: Path) -> Path:
     """The set-up's inputs copied to tmp_path, with a .venv whose python is this one (which
     imports cfmtrain and its compiled ops) and no pip: any pip call fails."""
-    for rel in ("scripts/setup.sh", "scripts/setup_inputs.sh", "pyproject.toml", "setup.py"):
+    for rel in ("scripts/setup.sh", "scripts/setup_inputs.sh", "pyproject.toml", "setup.py",
+                "envs/torch-constraints.txt"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)
     shutil.copytree(ROOT / "kernels", tmp_path / "kernels",

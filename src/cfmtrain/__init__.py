@@ -23,6 +23,9 @@ import marked `# lazy:`), which keep heavy libraries out of processes that do no
   bench/md_worker.py: a child loads only what it times (its peak RSS is a result): no cfmtrain
   op library in mace-torch's reference runs, no model or pandas in the matmul peak's, no
   matplotlib (the figures, plots) in any.
+- bench/gpu.py, bench/gpu_equality.py, bench/gpu_timing.py: the GPU check loads the kernels,
+  mace's modules and matplotlib only in the parts that run, so that a machine without a GPU
+  (or without cuEquivariance) reports what it skips instead of failing at import.
 """
 
 from __future__ import annotations

@@ -22,11 +22,11 @@ from cfmtrain.graphs.build import atoms_to_graph
 from cfmtrain.graphs.split import split_indices
 from cfmtrain.graphs.store import GraphStore, write_shard
 from cfmtrain.measure import rounds as group
-from cfmtrain.paper import ABLATION, CUTOFF
+from cfmtrain.paper import ABLATION, BASELINE, CUTOFF
 from cfmtrain.sources.mini import iter_mini_frames
 from cfmtrain.train.loop import StopFlag
 
-REFERENCE = "baseline"
+REFERENCE = BASELINE.name
 FRACTIONS = (0.1, 0.1)  # validation and test shares of the split
 
 
