@@ -83,6 +83,53 @@ CASES = [
      "config datasets.uu.members: 'u' is a union"),
     ("member_unknown", lambda c: c["datasets"].update(u={"kind": "union", "members": ["mnii"]}),
      "config datasets.u.members: 'mnii' is not a data set of config `datasets`"),
+    # model settings a training job fails on (inside mace-torch's build or first step)
+    ("r_max", lambda c: c["train"]["settings"]["model"].update(r_max=6.0),
+     "config train.settings.model.r_max: 6.0 Å exceeds config cutoff (4.5 Å)"),
+    ("mlp_vector", lambda c: c["train"]["settings"]["model"].update(mlp_irreps="16x1o"),
+     "config model.mlp_irreps: '16x1o' holds 1o; the readout MLP's activation takes even "
+     "scalars only"),
+    ("mlp_odd", lambda c: c["train"]["settings"]["model"].update(mlp_irreps="8x0e+8x0o"),
+     "config model.mlp_irreps: '8x0e+8x0o' holds 0o"),
+    ("max_ell_0", lambda c: c["train"]["settings"]["model"].update(max_ell=0),
+     "config model.max_ell: 0 must be >= 1"),
+    ("hidden_counts", lambda c: c["train"]["settings"]["model"].update(
+        hidden_irreps="32x0e+8x1o"), "'32x0e+8x1o' mixes channel counts (8, 32)"),
+    ("hidden_twice", lambda c: c["train"]["settings"]["model"].update(
+        hidden_irreps="8x0e+8x1o+8x0e"), "'8x0e+8x1o+8x0e' lists 0e more than once"),
+    ("correlation", lambda c: c["train"]["settings"]["model"].update(correlation=5),
+     "config model.correlation: 5 with model.max_ell 2: the symmetric contraction's coupling "
+     "tensors take hours"),
+    ("correlation_high_ell", lambda c: c["train"]["settings"]["model"].update(max_ell=4),
+     "config model.correlation: 3 with model.max_ell 4"),
+    ("trial", lambda c: c["train"]["settings"]["model"].update(correlation=1),
+     "config model: mace-torch cannot build or run a model of these settings "
+     "(model.hidden_irreps='16x0e+16x1o', model.max_ell=2, model.correlation=1"),
+    ("e0s_file", lambda c: c["train"]["settings"]["model"].update(e0s="/no/such/e0s.json"),
+     "config train.settings.model.e0s: /no/such/e0s.json: no such file"),
+    ("e0s_fixed_file", lambda c: c["train"]["settings"]["model"].update(
+        e0s_fixed=["/no/fixed.json"]),
+     "config train.settings.model.e0s_fixed[0]: /no/fixed.json: no such file"),
+    # a data set another section names, by its key
+    ("accuracy_dataset", lambda c: c.update(accuracy={"datasets": ["mini", "nope"]}),
+     "config accuracy.datasets[1]: 'nope' is not a data set of config `datasets`; known: mini"),
+    ("accuracy_sized", lambda c: c.update(accuracy={"datasets": ["mini_s"]}),
+     "config accuracy.datasets[0]: 'mini_s' is not a data set of config `datasets`; known"),
+    ("matrix_dataset", lambda c: c["train"]["matrix"][1].update(datasets=["mini_m", "nope_s"]),
+     "config train.matrix[1].datasets[1]: 'nope_s' is not a data set of config `datasets` nor "
+     "one with a size suffix of config train.sizes (_s, _m)"),
+    ("matrix_size", lambda c: c["train"]["matrix"][0].update(datasets=["mini_xl"]),
+     "config train.matrix[0].datasets[0]: 'mini_xl' is not a data set"),
+    ("figures_dataset", lambda c: c["figures"].update(dataset="nope"),
+     "config figures.dataset: 'nope' is not a data set"),
+    ("figures_sizes", lambda c: c["figures"]["sizes"][1].update(dataset="mini_q"),
+     "config figures.sizes[1].dataset: 'mini_q' is not a data set"),
+    ("baseline_check", lambda c: c["train"].update(baseline_check=["nope"]),
+     "config train.baseline_check[0]: 'nope' is not a data set"),
+    ("simulate_dataset", lambda c: c["simulate"].update(dataset="nope_s"),
+     "config simulate.dataset: 'nope_s' is not a data set"),
+    ("sweep_dataset", lambda c: c.update(sweep={"dataset": "nope"}),
+     "config sweep.dataset: 'nope' is not a data set of config `datasets`"),
 ]
 
 
@@ -93,10 +140,19 @@ def test_a_value_that_cannot_work_is_refused_naming_its_key(key, edit, message):
         check_workflow_config(edited(edit))
 
 
+def merged(base: dict, overlay: dict) -> dict:
+    """`overlay` on `base` as Snakemake merges a --configfile: mappings key by key."""
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merged(out[key], value) if both else copy.deepcopy(value)
+    return out
+
+
 def test_the_shipped_configs_pass():
     check_workflow_config(DEFAULT)
     paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
-    check_workflow_config({**DEFAULT, **paper, "split": {**paper["split"]}})
+    check_workflow_config(merged(DEFAULT, paper))
 
 
 def test_own_data_files_are_checked(tmp_path):
@@ -151,6 +207,16 @@ def test_library_checks_are_remembered_per_model_setting(tmp_path):
      "config datasets.big.shards: 41 shards for the 40 frames of datasets.big.graphs"),
     ("train:\n  settings:\n    model: {hidden_irreps: '16x0e+16x1x'}\n",
      "config model.hidden_irreps: '16x0e+16x1x' is not an irreps string"),
+    ("train:\n  settings:\n    model: {r_max: 6.0}\n",
+     "config train.settings.model.r_max: 6.0 Å exceeds config cutoff (4.5 Å)"),
+    ("train:\n  settings:\n    model: {mlp_irreps: 16x1o}\n",
+     "config model.mlp_irreps: '16x1o' holds 1o"),
+    ("train:\n  settings:\n    model: {max_ell: 0}\n", "config model.max_ell: 0 must be >= 1"),
+    ("accuracy: {datasets: [nope]}\n",
+     "config accuracy.datasets[0]: 'nope' is not a data set of config `datasets`"),
+    ("train:\n  matrix:\n    - {datasets: [nope_s], variants: [baseline], ranks: [1]}\n",
+     "config train.matrix[0].datasets[0]: 'nope_s' is not a data set"),
+    ("figures: {dataset: nope}\n", "config figures.dataset: 'nope' is not a data set"),
 ])
 def test_the_dry_run_refuses_before_any_job(tmp_path, overlay, message):
     path = tmp_path / "overlay.yaml"

@@ -5,9 +5,10 @@ what a schema cannot say, each by the code that will use the value: finite numbe
 range, split fractions and seeds, shard counts that shard names and a generated set's frames can
 hold, the files a data set names (each glob matching a file of a known format), E0s element
 symbols, registry entries, a union's members (each once, each a data set with graphs of its own),
-and the training settings (cfmtrain's typed config; with `library_checks`, the irreps strings and
-harmonics order by e3nn, as the model will read them). Errors name the key: what a job would only
-find later is refused before any job runs.
+every data set another section names, and the training settings (cfmtrain's typed config, an
+r_max within the cutoff, the E0s files it names; with `library_checks`, the model settings by
+cfmtrain.train.model_check's rules and a trial of the model on a tiny structure). Errors name
+the key: what a job would only find later is refused before any job runs.
 """
 
 from __future__ import annotations
@@ -147,6 +148,62 @@ def _check_pattern(key: str, pattern: str) -> None:
 PER_CELL = ("variant", "train_fraction")  # TrainConfig keys that each cell sets itself
 
 
+def _dataset_references(config: dict) -> Iterator[tuple[str, str, bool]]:
+    """(key, name, whether a size suffix is allowed) of every data set the config's sections
+    name besides `targets`: trainsets (a data set, or one with a `train.sizes` suffix) where the
+    training cells are read, plain data sets where a data set's own split is."""
+    train, figures = config.get("train", {}), config.get("figures", {})
+    for i, block in enumerate(train.get("matrix", [])):
+        for j, name in enumerate(block.get("datasets", [])):
+            yield f"train.matrix[{i}].datasets[{j}]", name, True
+    for i, name in enumerate(train.get("baseline_check", [])):
+        yield f"train.baseline_check[{i}]", name, True
+    if "dataset" in figures:
+        yield "figures.dataset", figures["dataset"], True
+    for i, pair in enumerate(figures.get("sizes", [])):
+        yield f"figures.sizes[{i}].dataset", pair["dataset"], True
+    if "dataset" in config.get("simulate", {}):
+        yield "simulate.dataset", config["simulate"]["dataset"], True
+    if "dataset" in config.get("sweep", {}):
+        yield "sweep.dataset", config["sweep"]["dataset"], False
+    for i, name in enumerate(config.get("accuracy", {}).get("datasets", [])):
+        yield f"accuracy.datasets[{i}]", name, False
+
+
+def _check_references(config: dict, known: dict[str, str]) -> None:
+    """Every data set a section names is one of config `datasets` (with a size suffix of
+    `train.sizes` where cells are trained on a nested part of its training split)."""
+    sizes = config.get("train", {}).get("sizes", {})
+    for key, name, sized in _dataset_references(config):
+        base, _, suffix = name.rpartition("_")
+        if name in known or (sized and base in known and suffix in sizes):
+            continue
+        also = (f" nor one with a size suffix of config train.sizes "
+                f"({', '.join(f'_{s}' for s in sizes)})" if sized else "")
+        raise ConfigError(f"config {key}: {name!r} is not a data set of config `datasets`{also}; "
+                          f"known: {', '.join(sorted(known))}")
+
+
+def _check_settings_files(cfg, cutoff: float) -> None:
+    """The training settings that a job would refuse against the rest of the config: an r_max
+    beyond the graphs' cutoff, an E0s file that is not there."""
+    r_max = cfg.model.r_max
+    if r_max is not None and r_max > cutoff + 1e-9:
+        raise ConfigError(f"config train.settings.model.r_max: {r_max} Å exceeds config cutoff "
+                          f"({cutoff} Å), the radius the graphs are built at; set r_max <= "
+                          f"{cutoff}, or leave it out (the cutoff)")
+    e0s, fixed = cfg.model.e0s, cfg.model.e0s_fixed
+    files = [("model.e0s", e0s)] if isinstance(e0s, str) and e0s.endswith(".json") else []
+    if isinstance(fixed, list):
+        files += [(f"model.e0s_fixed[{i}]", f) for i, f in enumerate(fixed)]
+    for key, file in files:
+        path = Path(os.path.expanduser(file))
+        if not path.is_file():
+            what = "is a folder" if path.is_dir() else "no such file"
+            raise ConfigError(f"config train.settings.{key}: {file}: {what} (a JSON mapping of "
+                              "element to E0 in eV)")
+
+
 def _check_variants(config: dict) -> None:
     """Every variant list of the config names variants of cfmtrain.paper.VARIANTS."""
     lists = [(f"train.matrix[{i}].variants", block.get("variants", []))
@@ -192,6 +249,7 @@ def check_workflow_config(config: dict, library_checks: bool = True,
     for name, cfg in config["datasets"].items():
         _check_dataset(name, cfg, known, split)
     _check_variants(config)
+    _check_references(config, known)
     settings = config.get("train", {}).get("settings", {})
     for key in PER_CELL:
         if key in settings:
@@ -201,16 +259,17 @@ def check_workflow_config(config: dict, library_checks: bool = True,
         cfg = load_config(base=settings)
     except ConfigError as err:
         raise ConfigError(f"config train.settings: {err}") from None
+    _check_settings_files(cfg, config["cutoff"])
     stamp = None
     if passed is not None:
-        digest = hashlib.sha256(json.dumps(dataclasses.asdict(cfg.model), sort_keys=True)
-                                .encode()).hexdigest()
+        model = {**dataclasses.asdict(cfg.model), "cutoff": config["cutoff"]}
+        digest = hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()
         stamp = Path(passed) / f"model-{digest[:24]}"
     if library_checks and not (stamp and stamp.exists()):
-        from cfmtrain.train.model import check_model_config  # lazy: mace, e3nn (seconds)
+        from cfmtrain.train.model_check import try_model  # lazy: mace, e3nn (seconds)
 
         try:
-            check_model_config(cfg.model)
+            try_model(cfg.model, cfg.model.r_max or config["cutoff"])
         except ConfigError as err:
             raise ConfigError(f"config train.settings: {err}") from None
         if stamp:

@@ -20,7 +20,8 @@ from mace.tools import AtomicNumberTable
 
 from cfmtrain.dist.collectives import all_reduce_sum
 from cfmtrain.graphs.store import GraphStore
-from cfmtrain.train.config import ConfigError, ModelConfig
+from cfmtrain.train.config import ModelConfig
+from cfmtrain.train.model_check import check_model_config  # noqa: F401  (imported from here)
 
 MAX_Z = 119
 
@@ -214,27 +215,6 @@ def store_elements(store: GraphStore, indices: np.ndarray) -> np.ndarray:
         keep[selected] = True
         seen[block["numbers"][np.repeat(keep, block["num_atoms"])]] = True
     return np.flatnonzero(seen)
-
-
-def check_model_config(cfg: ModelConfig) -> None:
-    """ConfigError naming the key of a model setting the model cannot be built from, checked
-    by e3nn as the model reads it: irreps strings, scalar channels in the hidden irreps (MACE
-    counts its channels there), the spherical harmonics' order."""
-    irreps = {}
-    for key in ("hidden_irreps", "mlp_irreps"):
-        try:
-            irreps[key] = o3.Irreps(getattr(cfg, key))
-        except (ValueError, AssertionError, TypeError) as err:
-            raise ConfigError(f"config model.{key}: {getattr(cfg, key)!r} is not an irreps "
-                              f"string such as 16x0e+16x1o ({err})") from None
-    if irreps["hidden_irreps"].count(o3.Irrep(0, 1)) == 0:
-        raise ConfigError(f"config model.hidden_irreps: {cfg.hidden_irreps!r} has no scalar "
-                          "(0e) channels; MACE counts its channels there (e.g. 16x0e+16x1o)")
-    try:
-        o3.spherical_harmonics(cfg.max_ell, torch.zeros(1, 3), normalize=True)
-    except NotImplementedError as err:
-        raise ConfigError(f"config model.max_ell: {cfg.max_ell} is beyond the spherical "
-                          f"harmonics e3nn implements ({err})") from None
 
 
 def build_model(cfg: ModelConfig, stats: DataStats, r_max: float, seed: int) -> torch.nn.Module:
