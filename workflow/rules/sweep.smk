@@ -57,6 +57,7 @@ rule sweep_calibrate:
     input:
         shards=train_shards,
         split=train_split,
+        settings_files=settings_files,
     output:
         "results/sweep/{trainset}/calibration_{preset}.csv",
     log:

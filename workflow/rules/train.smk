@@ -13,6 +13,7 @@ rule train_group:
     input:
         shards=train_shards,
         split=train_split,
+        settings_files=settings_files,
     output:
         paired="results/train/{trainset}/r{ranks}/paired.csv",
         rounds="results/train/{trainset}/r{ranks}/rounds.csv",
@@ -55,6 +56,7 @@ rule train_cell:
     input:
         shards=train_shards,
         split=train_split,
+        settings_files=settings_files,
     output:
         "results/train/{trainset}/{variant}/r{ranks}/summary.json",
     log:
@@ -106,6 +108,7 @@ rule baseline_check:
     input:
         shards=train_shards,
         split=train_split,
+        settings_files=settings_files,
     output:
         json="results/train/{trainset}/baseline_check.json",
         csv="results/train/{trainset}/baseline_check.csv",

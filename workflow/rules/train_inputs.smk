@@ -37,6 +37,15 @@ def train_split(wildcards):
     return f"results/graphs/{train_base(wildcards.trainset)[0]}/split.npz"
 
 
+def settings_files(wildcards):
+    """The files config `train.settings` names (model.e0s, model.e0s_fixed): inputs of every
+    rule that passes the settings, so that an edited one retrains."""
+    model = TRAIN["settings"].get("model", {})
+    e0s, fixed = model.get("e0s"), model.get("e0s_fixed")
+    files = [e0s] if isinstance(e0s, str) and e0s not in ("fit", "average") else []
+    return files + (list(fixed) if isinstance(fixed, list) else [])
+
+
 def _flat(settings, prefix=""):
     for key, value in settings.items():
         if isinstance(value, dict):
