@@ -70,13 +70,14 @@ def test_resume_auto_stops_at_the_calls_own_max_steps(data, full_run, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("change, then, now", [
+@pytest.mark.parametrize("change, named", [
     (["model.max_ell=3", "model.radial_mlp=[8, 8, 8]"],
-     "model.max_ell=2, model.radial_mlp=[8, 8]", "model.max_ell=3, model.radial_mlp=[8, 8, 8]"),
-    (["model.dtype=float64"], "model.dtype='float32'", "model.dtype='float64'"),
+     "model.max_ell: 2 in the checkpoint, 3 in this run; model.radial_mlp: [8, 8] in the "
+     "checkpoint, [8, 8, 8] in this run"),
+    (["model.dtype=float64"], "model.dtype: 'float32' in the checkpoint, 'float64' in this run"),
 ])
 def test_checkpoint_of_another_model_is_refused_by_name(data, full_run, tmp_path, capsys,
-                                                        change, then, now):
+                                                        change, named):
     given = tmp_path / "given.pt"
     shutil.copy(full_run / CHECKPOINT, given)
     # one more epoch, so that the checkpoint is resumed (not only finished)
@@ -84,10 +85,28 @@ def test_checkpoint_of_another_model_is_refused_by_name(data, full_run, tmp_path
                  resume=str(given)) == 2
     err = capsys.readouterr().err
     line = next(x for x in err.splitlines() if x.startswith("cfmtrain train:"))
-    assert f"{given}: the checkpoint does not fit this run's model" in line
-    assert f"it was trained with {then}; this run has {now}" in line
-    assert "tensors differ" in line and "size mismatch" not in err and "Traceback" not in err
+    assert f"{given}: not resumed, this run's settings differ from the checkpoint's ({named})" \
+        in line
+    assert "size mismatch" not in err and "Traceback" not in err
     assert not (tmp_path / "run" / CHECKPOINT).exists()
+
+
+@pytest.mark.slow
+def test_checkpoint_whose_tensors_do_not_fit_its_settings_is_refused_by_name(
+        data, full_run, tmp_path, capsys):
+    """Settings the run's own, tensors of another model (as another mace-torch would build):
+    refused naming the file and the tensors."""
+    state = torch.load(full_run / CHECKPOINT, weights_only=True)
+    state["config"]["model"]["max_ell"] = 3  # recorded as this run's, built with max_ell 2
+    given = tmp_path / "given.pt"
+    torch.save(state, given)
+    assert train(data[0], data[1], tmp_path / "run", "epochs=3", "model.max_ell=3",
+                 resume=str(given)) == 2
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if x.startswith("cfmtrain train:"))
+    assert f"{given}: the checkpoint does not fit this run's model: its model.* settings are " \
+        "this run's: the model code differs" in line
+    assert "tensors differ" in line and "size mismatch" not in err and "Traceback" not in err
 
 
 SCRIPT = "import sys; sys.path.insert(0, sys.argv.pop(1)); import runpy; " \

@@ -23,16 +23,13 @@ from cfmtrain.dist import distenv
 from cfmtrain.paper import VARIANTS
 from cfmtrain.train.build import build_run, data_identity, open_store
 from cfmtrain.train.checkpoint import load_checkpoint, load_latest
-from cfmtrain.train.config import PER_CALL, ConfigError, load_config, run_settings, to_dict
+from cfmtrain.train.config import ConfigError, load_config, run_settings, to_dict
 from cfmtrain.train.diskfull import DiskFullError
 from cfmtrain.train.loop import StopFlag
 from cfmtrain.train.model import check_model_config
+from cfmtrain.train.resume import changed_settings, refuse_changes
 from cfmtrain.train.runner import train
 from cfmtrain.train.summary import write_json
-
-# Keys that may differ between a checkpoint and the run that resumes it: the call's own
-# (config.PER_CALL), and the number of epochs (a run may be extended).
-RESUMABLE = {"epochs", *PER_CALL}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,20 +64,17 @@ def repeat_outputs(output: Path, repeats: int | None) -> list[Path]:
     return [output / f"rep{k}" for k in range(1, repeats + 1)]
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
-
-
 def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0) -> dict | None:
     """The checkpoint to resume from: --resume PATH, or with auto the run folder's newest
     loadable one (an unloadable one is moved aside by rank 0, see checkpoint.load_latest).
-    With auto a fresh start instead if the checkpoint was made with other settings, is past the
-    run's epochs, or its run is finished and complete (summary.json written) or exported
-    (final.model written, summary.json removed by a forced rerun). A finished run stopped before
-    its export is resumed: it only validates, exports and writes its outputs."""
+    A checkpoint of other data, or of other settings than the run's (but epochs and the
+    per-call keys: resume.changed_settings), is refused naming it and each difference when
+    given by path; with auto it is named with the same reasons and the run starts afresh, as
+    it does from a checkpoint past the run's epochs, or of a finished and complete run
+    (summary.json written) or an exported one (final.model written, summary.json removed by a
+    forced rerun). A finished run stopped before its export is resumed: it only validates,
+    exports and writes its outputs. The settings of a resume by path are the checkpoint's
+    with this call's on top; with auto, this call's alone (the workflow passes them all)."""
     if args.resume is None:
         return None
     data = data_identity(open_store(args.graphs, args.cutoff), args.split)
@@ -90,14 +84,14 @@ def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0)
             raise ValueError(f"{args.resume}: trained on other data (its graphs or split differ "
                              "from --graphs and --split): resuming it would mix data sets; "
                              "start afresh without --resume")
+        wanted = load_config(args.config, overrides, base=run_settings(state["config"]))
+        refuse_changes(args.resume, changed_settings(state["config"], to_dict(wanted)))
         return state
     found = load_latest(args.output, main=rank == 0)
     if found is None:
         return None
     path, state = found
-    wanted = _flat(to_dict(load_config(args.config, overrides)))
-    saved = _flat(state["config"])
-    changed = sorted(k for k in wanted if k not in RESUMABLE and saved.get(k) != wanted[k])
+    changed = changed_settings(state["config"], to_dict(load_config(args.config, overrides)))
     # the epochs the resumed run would train to (_settings): the checkpoint's unless given
     epochs = load_config(args.config, overrides, base=run_settings(state["config"])).epochs
     epoch = state["epoch"]
@@ -107,7 +101,7 @@ def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0)
         why = ("its training data changed (the graphs or the split differ from the "
                "checkpoint's: new labels, structures, cutoff or split)")
     elif changed:
-        why = f"settings changed ({', '.join(changed)})"
+        why = f"this run's settings differ from the checkpoint's ({'; '.join(changed)})"
     elif epoch > epochs or (epoch == epochs and not finished):
         why = f"it is past the run's {epochs} epochs"
     elif finished and (args.output / "summary.json").exists():

@@ -1,6 +1,7 @@
-"""What a resume checks and records beyond the checkpoint's own state: that the checkpoint fits
-the model this run built (refused by name otherwise, instead of torch's page of size
-mismatches), and which code versions have trained the run (a change is recorded and said).
+"""What a resume checks and records beyond the checkpoint's own state: that the run's settings
+are the checkpoint's (but `epochs` and the settings of one call, config.PER_CALL), that the
+checkpoint fits the model this run built (refused by name otherwise, instead of torch's page of
+size mismatches), and which code versions have trained the run (a change is recorded and said).
 """
 
 from __future__ import annotations
@@ -9,7 +10,40 @@ import sys
 
 import torch
 
-from cfmtrain.train.config import to_dict
+from cfmtrain.train.config import PER_CALL, to_dict
+
+# Keys that may differ between a checkpoint and the run that resumes it: the call's own
+# (config.PER_CALL), and the number of epochs (a run may be extended). Any other would be
+# applied mid-run (a learning rate the optimiser's saved state overrides, a scheduler fed
+# another's state, a loss weighted anew) or break the resume (another seed's batch order).
+RESUMABLE = frozenset({"epochs", *PER_CALL})
+
+
+def flat(config: dict, prefix: str = "") -> dict:
+    """A nested config dict as {dotted key: value}."""
+    out = {}
+    for k, v in config.items():
+        out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def changed_settings(saved: dict, wanted: dict) -> list[str]:
+    """'key: value in the checkpoint, value in this run' for every setting but RESUMABLE's in
+    which the run's config dict `wanted` differs from the checkpoint's `saved`, by key."""
+    then, now = flat(saved), flat(wanted)
+    return [f"{k}: {then[k]!r} in the checkpoint, {now[k]!r} in this run" if k in then
+            else f"{k}: absent in the checkpoint, {now[k]!r} in this run"
+            for k in sorted(now) if k not in RESUMABLE and then.get(k, ...) != now[k]]
+
+
+def refuse_changes(path: object, changed: list[str]) -> None:
+    """ValueError naming the checkpoint `path` and the `changed` settings (changed_settings),
+    for a resume from an explicit checkpoint."""
+    if changed:
+        raise ValueError(f"{path}: not resumed, this run's settings differ from the "
+                         f"checkpoint's ({'; '.join(changed)}); only epochs and the settings of "
+                         f"one call ({', '.join(PER_CALL)}) may change on resume: drop the "
+                         "changes, or start afresh without --resume")
 
 
 class MisfitError(ValueError):
