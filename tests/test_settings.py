@@ -22,8 +22,9 @@ import pytest
 import yaml
 
 from cfmtrain import config_sections, settings
-from cfmtrain.bench import accuracy
+from cfmtrain.bench import accuracy, balance, graphs, kernels, loader
 from cfmtrain.bench.accuracy_settings import AccuracySettings
+from cfmtrain.bench.settings import BenchSettings
 from cfmtrain.config_sections import SECTIONS
 from cfmtrain.settings import DEST, add_settings, flag, from_args, given, leaves, setting
 from cfmtrain.simulate import allreduce
@@ -36,10 +37,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
 # each settings section's keys that are the workflow's own (which data set, which variants)
 WORKFLOW_KEYS = {"simulate": {"dataset", "variants", "measured_ranks"}, "sweep": {"dataset"},
-                 "accuracy": {"datasets"}, "scale": set()}
-# the command of each settings section: its module (add_arguments, run)
+                 "accuracy": {"datasets"}, "scale": set(), "bench": set()}
+# the command of each settings section: its module (add_arguments, run); the benchmarks'
+# settings extend the section `bench`
 COMMANDS = {"simulate": "cfmtrain.simulate.cli", "sweep": "cfmtrain.sweep.cli",
-            "accuracy": "cfmtrain.bench.accuracy", "scale": "cfmtrain.bench.scale"}
+            "accuracy": "cfmtrain.bench.accuracy", "scale": "cfmtrain.bench.scale",
+            **{f"bench {b}": f"cfmtrain.bench.{b}" for b in ("graphs", "balance", "loader")}}
 # the only hand-written defaults of those commands: options that are no setting (a list to
 # append to, a folder); any other is a setting, to be declared in the command's dataclass
 HAND_DEFAULTS = {("cfmtrain.sweep.cli", "--override"), ("cfmtrain.sweep.cli", "--set"),
@@ -74,7 +77,7 @@ def test_the_schema_holds_no_default_of_a_setting(name):
     section = SCHEMA["properties"][name]
     assert section.get("default", {}) == {}, f"{name}: an object default"
     keys = list(_schema_settings(section, SECTIONS[name]))
-    assert len(keys) >= 3
+    assert keys  # the section has settings in the schema
     repeated = [f"{name}.{key}" for key, sub, _ in keys if "default" in sub]
     assert not repeated, f"defaults of the dataclass written again in the schema: {repeated}"
 
@@ -137,14 +140,14 @@ def test_no_object_default_repeats_its_keys_defaults():
 # ------------------------------------------------------------------ the commands
 
 
-@pytest.mark.parametrize("name", SECTIONS)
+@pytest.mark.parametrize("name", COMMANDS)
 def test_a_commands_flags_hold_no_default_of_a_setting(name):
     """The settings' flags are generated, without a default (the dataclass's applies); no
     hand-written option of the command is a setting."""
     parser = parser_of(COMMANDS[name])
-    keys = {key for key, _, _ in leaves(SECTIONS[name])}
     generated = [a for a in parser._actions if a.dest.startswith(DEST)]
-    assert {a.dest.removeprefix(DEST) for a in generated} == keys
+    keys = {a.dest.removeprefix(DEST) for a in generated}
+    assert {key for key, _, _ in leaves(SECTIONS[name.split()[0]])} <= keys
     assert all(a.default is argparse.SUPPRESS for a in generated)
     flags = {flag(k) for k in keys} | {f"--{k.split('.')[-1].replace('_', '-')}" for k in keys}
     for action in parser._actions:
@@ -164,6 +167,8 @@ def _hand_defaults(module_name: str) -> set[tuple[str, str]]:
 
 
 def test_no_hand_written_default_but_of_options_that_are_no_setting():
+    """A hand-written default of a command that has settings is an option that is no setting
+    (HAND_DEFAULTS); any other belongs in the command's dataclass."""
     found = set().union(*(_hand_defaults(m) for m in COMMANDS.values()))
     assert found == HAND_DEFAULTS, "declare a setting's default in the command's dataclass"
     source = "def add_arguments(parser):\n    parser.add_argument('--tolerance', default=0.1)\n"
@@ -172,12 +177,24 @@ def test_no_hand_written_default_but_of_options_that_are_no_setting():
             and any(k.arg == "default" for k in c.keywords)] == ["--tolerance"]
 
 
+def test_the_kernel_benchmarks_preset_is_the_default_targets():
+    """`bench kernels` keeps its own options (and presets beyond the section's), its preset's
+    default is the section's."""
+    parser = parser_of("cfmtrain.bench.kernels")
+    preset = next(a for a in parser._actions if a.dest == "preset")
+    assert preset.default == BenchSettings().preset
+    assert _hand_defaults("cfmtrain.bench.kernels") >= {("cfmtrain.bench.kernels", "--preset")}
+    assert '"quick"' not in inspect.getsource(kernels.add_arguments)
+
+
 def test_presets_and_algorithms_are_the_settings_choices():
     def choices(cls: type, key: str) -> set:
         return set(typing.get_args(dict((k, h) for k, h, _ in leaves(cls))[key]))
 
     assert set(sweep_cli.PRESETS) == choices(SweepSettings, "preset")
     assert set(accuracy.PRESETS) == choices(AccuracySettings, "preset")
+    for module in (graphs, balance, loader):
+        assert set(module.PRESETS) == choices(BenchSettings, "preset"), module.__name__
     assert set(allreduce.ALGORITHMS) == choices(SimulateSettings, "network.algorithm")
 
 
@@ -297,7 +314,7 @@ def test_each_rule_passes_its_config_section_as_its_settings(tmp_path):
             if words in line and " sweep calibrate " not in line:
                 argv = shlex.split(line[line.index(words) + len(words):])
                 lines[name] = argv[:argv.index(">")]
-    assert set(lines) == set(SECTIONS)
+    assert set(lines) == set(TARGETS)  # the benchmarks of `bench` take the preset as a flag
     config = {k: dict(v) for k, v in OVERLAY.items()}
     config_sections.fill(config)
     for name, argv in lines.items():

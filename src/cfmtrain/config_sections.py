@@ -16,6 +16,7 @@ import typing
 from cfmtrain import settings, typed
 from cfmtrain.bench.accuracy_settings import AccuracySettings
 from cfmtrain.bench.scale_settings import ScaleSettings
+from cfmtrain.bench.settings import BenchSettings
 from cfmtrain.simulate.settings import SimulateSettings
 from cfmtrain.sweep.settings import SweepSettings
 
@@ -25,6 +26,7 @@ SECTIONS: dict[str, type] = {
     "sweep": SweepSettings,  # cfmtrain sweep batch|capacity (calibrate: preset, threads)
     "accuracy": AccuracySettings,  # cfmtrain bench accuracy
     "scale": ScaleSettings,  # cfmtrain bench scale (and the `scale` target's data and training)
+    "bench": BenchSettings,  # cfmtrain bench graphs|balance|loader (their settings extend it)
 }
 
 

@@ -39,10 +39,10 @@ def yaml12_numbers(value, schema):
 
 config.update(yaml12_numbers(config, yaml.safe_load(SCHEMA.read_text())))
 validate(config, schema=str(SCHEMA))
-# The sections that are a command's settings (simulate, sweep, accuracy, scale) get the keys
-# left out from the command's dataclass (cfmtrain.config_sections), as the schema holds no
-# defaults of theirs. What a schema cannot say (finite numbers, the cutoff's range, seeds, files, the
-# training settings), checked by the code that uses each value; the e3nn checks of the model
+# The sections that are a command's settings (simulate, sweep, accuracy, scale, bench) get the
+# keys left out from the command's dataclass (cfmtrain.config_sections): the schema holds no
+# defaults of theirs. What a schema cannot say (finite numbers, the cutoff's range, seeds, files,
+# the training settings), checked by the code that uses each value; the e3nn checks of the model
 # settings (seconds) only in the main process, once per model setting (stamped under .snakemake/).
 try:
     fill_settings(config)

@@ -5,6 +5,7 @@ sizes and rank counts: time, bins against the lower bound, fill, padding, balanc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
 
@@ -15,8 +16,10 @@ from cfmtrain.balance.mixture import mixture_sizes
 from cfmtrain.balance.pack import pack_bins
 from cfmtrain.balance.report import ROW_NOTE, VARIANTS
 from cfmtrain.balance.strategies import STRATEGIES
+from cfmtrain.bench.settings import BenchSettings
 from cfmtrain.bench.table import report
 from cfmtrain.paper import CAPACITY, PAPER_RANKS, TABLE3_GRAPHS
+from cfmtrain.settings import add_settings, from_args, setting
 
 PRESETS = {
     "quick": {"graphs": [10_000, 100_000], "ranks": [8, 64]},
@@ -62,30 +65,35 @@ def measure_case(sizes: np.ndarray, num_ranks: int, capacity: float, seed: int,
     return rows
 
 
+@dataclasses.dataclass
+class BalanceSettings(BenchSettings):
+    """The preset (quick: 10k and 100k graphs, 8 and 64 ranks; full: up to the paper's graphs
+    and ranks), the bins and the timing."""
+
+    capacity: float = setting(CAPACITY, "atoms per bin (the paper's)")
+    seed: int = setting(0, "mixture and shuffling seed")
+    repeats: int = setting(3, "timed calls per case (best kept)")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Preset, capacity, seed, repeats, output."""
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick",
-                        help="quick: 10k and 100k graphs, R = 8, 64; full: up to 2.65M, "
-                             f"R = {PAPER_RANKS}")
-    parser.add_argument("--capacity", type=float, default=CAPACITY,
-                        help=f"atoms per bin (paper: {CAPACITY})")
-    parser.add_argument("--seed", type=int, default=0, help="mixture and shuffling seed")
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls per case (best kept)")
-    parser.add_argument("--output", type=Path, default=None,
+    """Output, then the settings: preset, capacity, seed, repeats."""
+    parser.add_argument("--output", type=Path,
                         help="CSV (default results/bench/balance_<preset>.csv)")
+    add_settings(parser, BalanceSettings)
 
 
 def run(args: argparse.Namespace) -> int:
     """Measure every case of the preset, print the table, write the CSV, state the goals."""
-    preset = PRESETS[args.preset]
+    s = from_args(BalanceSettings, args)
+    preset = PRESETS[s.preset]
     rows = []
     for num_graphs in preset["graphs"]:
-        sizes, _ = mixture_sizes(num_graphs, seed=args.seed)
+        sizes, _ = mixture_sizes(num_graphs, seed=s.seed)
         for num_ranks in preset["ranks"]:
-            rows += measure_case(sizes, num_ranks, args.capacity, args.seed, args.repeats)
-    output = args.output or Path(f"results/bench/balance_{args.preset}.csv")
+            rows += measure_case(sizes, num_ranks, s.capacity, s.seed, s.repeats)
+    output = args.output or Path(f"results/bench/balance_{s.preset}.csv")
     frame = report(rows, output, f"Batching strategies on the Table 3 mixture, capacity "
-                                 f"{args.capacity:g} atoms (time: best of {args.repeats})")
+                                 f"{s.capacity:g} atoms (time: best of {s.repeats})")
     print(ROW_NOTE)
     for label in ("algorithm1", "algorithm1+refine"):
         ours = frame[frame.strategy == label]

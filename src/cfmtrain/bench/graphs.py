@@ -7,6 +7,7 @@ neighbour list (ASE, matscipy, vesin) on the same in-memory structures.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -14,11 +15,13 @@ from pathlib import Path
 import numpy as np
 from ase import Atoms
 
+from cfmtrain.bench.settings import BenchSettings
 from cfmtrain.bench.table import report
 from cfmtrain.graphs.build import build_graphs
 from cfmtrain.graphs.store import GraphStore, write_shard
 from cfmtrain.measure.paired import Ratio, run_rounds
 from cfmtrain.paper import CUTOFF
+from cfmtrain.settings import add_settings, from_args, setting
 from cfmtrain.sources.mini import iter_mini_frames
 
 # copies: the generated structures are repeated so that a shard holds as many graphs as a real
@@ -102,21 +105,28 @@ def measure(frames: list[Atoms], cutoff: float, repeats: int, distinct: int) -> 
     return rows
 
 
+@dataclasses.dataclass
+class GraphsSettings(BenchSettings):
+    """The preset and the cutoff."""
+
+    cutoff: float = setting(CUTOFF, "radius-graph cutoff (Å)")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `cfmtrain bench graphs`."""
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
-    parser.add_argument("--cutoff", type=float, default=CUTOFF)
-    parser.add_argument("--output", type=Path, default=None,
+    parser.add_argument("--output", type=Path,
                         help="CSV (default results/bench/graphs_<preset>.csv)")
+    add_settings(parser, GraphsSettings)
 
 
 def run(args: argparse.Namespace) -> int:
     """Generate the `mini` structures in memory, time every method, print and write the table."""
-    preset = PRESETS[args.preset]
+    s = from_args(GraphsSettings, args)
+    preset = PRESETS[s.preset]
     distinct = list(iter_mini_frames(scale=preset["scale"], seed=0))
     frames = distinct * preset["copies"]
-    rows = measure(frames, args.cutoff, preset["repeats"], len(distinct))
-    output = args.output or Path(f"results/bench/graphs_{args.preset}.csv")
-    report(rows, output, f"Graph construction, {len(frames)} mini graphs, cutoff {args.cutoff} Å"
+    rows = measure(frames, s.cutoff, preset["repeats"], len(distinct))
+    output = args.output or Path(f"results/bench/graphs_{s.preset}.csv")
+    report(rows, output, f"Graph construction, {len(frames)} mini graphs, cutoff {s.cutoff} Å"
            f" (median of {preset['repeats']} paired rounds)")
     return 0

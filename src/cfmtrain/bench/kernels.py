@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from cfmtrain import children
+from cfmtrain.bench.settings import PRESET
 from cfmtrain.malloc_env import MALLOC_ENV
 
 OPS = ("symmetric_contraction", "conv", "model")
@@ -89,7 +90,8 @@ OOM_MARKERS = ("can't allocate memory", "MemoryError", "out of memory", "std::ba
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Preset, output paths and optional subsets of the configuration matrix."""
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=PRESET,
+                        help=f"default: the default target's ({PRESET})")
     parser.add_argument("--output", help="CSV (default results/bench/kernels_<preset>.csv)")
     parser.add_argument("--figure", help="PNG (default results/figures/fig_kernels_<preset>.png)")
     parser.add_argument("--ops", nargs="+", choices=OPS)

@@ -15,20 +15,24 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from cfmtrain.batches.batching import BatchAssembler
 from cfmtrain.batches.data import GraphDataset
 from cfmtrain.batches.store_arrays import StoreArrays
+from cfmtrain.bench.settings import BenchSettings
 from cfmtrain.bench.table import report
 from cfmtrain.graphs.build import build_graphs
 from cfmtrain.graphs.store import GraphStore, write_shard
 from cfmtrain.measure.paired import Ratio, run_rounds
 from cfmtrain.paper import CAPACITY, CUTOFF
+from cfmtrain.settings import add_settings, from_args, setting
 from cfmtrain.sources.mini import iter_mini_frames
 from cfmtrain.train.model import store_elements
 
@@ -128,21 +132,27 @@ def build_mini_store(folder: Path, scale: float, cutoff: float) -> Path:
     return folder
 
 
+@dataclasses.dataclass
+class LoaderSettings(BenchSettings):
+    """The preset (quick: mini at scale 0.1 when no store is given; full: scale 1), the batches
+    and the passes."""
+
+    graphs_per_batch: list[int] = setting([8, 32], "graphs per batch, one table block each "
+                                          f"(training's default 8; the paper's {CAPACITY}-atom "
+                                          "bins hold about 27 mini graphs)")
+    repeats: int | None = setting(None, "passes (null: the preset's)")
+    dtype: Literal["float32", "float64"] = setting("float32", "floating-point type of the batches")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of `cfmtrain bench loader`."""
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick",
-                        help="quick: mini at scale 0.1 when no store is given; full: scale 1")
-    parser.add_argument("--graphs", type=Path, nargs="+", default=None,
+    """Arguments of `cfmtrain bench loader`: its store and output, then its settings."""
+    parser.add_argument("--graphs", type=Path, nargs="+",
                         help=f"graph store: a shard folder, or several (a union; default "
                              f"{MINI_GRAPHS} if built, else the generated mini structures at "
                              f"the preset's scale)")
-    parser.add_argument("--graphs-per-batch", type=int, nargs="+", default=[8, 32],
-                        help=f"graphs per batch, one table block each (training default 8; the "
-                             f"paper's {CAPACITY}-atom bins hold about 27 mini graphs)")
-    parser.add_argument("--repeats", type=int, default=None, help="passes (default: preset's)")
-    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    parser.add_argument("--output", type=Path, default=None,
+    parser.add_argument("--output", type=Path,
                         help="CSV (default results/bench/loader_<preset>.csv)")
+    add_settings(parser, LoaderSettings)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -150,19 +160,20 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(1)
-    preset = PRESETS[args.preset]
-    repeats = args.repeats or preset["repeats"]
+    s = from_args(LoaderSettings, args)
+    preset = PRESETS[s.preset]
+    repeats = s.repeats or preset["repeats"]
     with tempfile.TemporaryDirectory() as tmp:
         store = args.graphs or ([MINI_GRAPHS] if MINI_GRAPHS.is_dir() else None)
         source = " + ".join(map(str, store)) if store else \
             f"mini structures at scale {preset['scale']}"
         store = store or [build_mini_store(Path(tmp), preset["scale"], CUTOFF)]
-        dataset = open_dataset(store, args.dtype)
-        rows = [{**row, "source": source} for size in args.graphs_per_batch
+        dataset = open_dataset(store, s.dtype)
+        rows = [{**row, "source": source} for size in s.graphs_per_batch
                 for row in measure(dataset, size, repeats, former=preset["former"])]
-    output = args.output or Path(f"results/bench/loader_{args.preset}.csv")
+    output = args.output or Path(f"results/bench/loader_{s.preset}.csv")
     frame = report(rows, output, f"Batch assembly on one core, {len(dataset)} graphs of {source},"
-                                 f" {args.dtype} (graphs/s: median of {repeats} paired rounds)")
+                                 f" {s.dtype} (graphs/s: median of {repeats} paired rounds)")
     for r in frame[frame.method == OURS].itertuples():
         print(f"goal: {r.graphs_per_batch} graphs/batch: ours {r.vs_mace:.1f}x mace-torch's "
               f"in-memory DataLoader (goal >= {GOAL:g}x), identical batches: "
