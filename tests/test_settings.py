@@ -121,6 +121,11 @@ def _repeats(node: dict, path: str = "") -> list[str]:
     default = node.get("default")
     if isinstance(default, dict) and props:
         found += [f"{path}{k}" for k in default if "default" in props.get(k, {})]
+    extra = node.get("additionalProperties")
+    if isinstance(default, dict) and isinstance(extra, dict):  # named entries: datasets.mini
+        found += [f"{path}{name}.{k}" for name, entry in default.items()
+                  if isinstance(entry, dict) for k in entry
+                  if "default" in extra.get("properties", {}).get(k, {})]
     for key, sub in props.items():
         found += _repeats(sub, f"{path}{key}.")
     for sub in (node.get("additionalProperties"), node.get("items")):
@@ -135,6 +140,8 @@ def test_no_object_default_repeats_its_keys_defaults():
     assert _repeats(SCHEMA) == []
     assert _repeats({"properties": {"s": {"default": {"a": 1}, "properties": {
         "a": {"default": 1}}}}}) == ["s.a"]
+    assert _repeats({"default": {"x": {"a": 1, "b": 2}}, "additionalProperties": {
+        "properties": {"a": {"default": 1}, "b": {}}}}) == ["x.a"]
 
 
 # ------------------------------------------------------------------ the commands
