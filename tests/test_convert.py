@@ -143,7 +143,7 @@ def test_mptrj_conversion_matches_hand_computed_values(mptrj_file, tmp_path):
     np.testing.assert_allclose(frames[3].arrays["REF_magmoms"], [3.5, 0.1, 0.1])
     assert manifest["sources"] == [{"path": str(mptrj_file), "bytes": mptrj_file.stat().st_size,
                                     "sha256": file_digest(mptrj_file),
-                                    "stamp": stamp(mptrj_file)}]
+                                    "stamp": stamp(mptrj_file), "frames": 5}]
     assert manifest["skipped"] == 0 and manifest["frames"] == 5
     assert json.loads((out / "manifest.json").read_text()) == manifest
 

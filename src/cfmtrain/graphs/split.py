@@ -4,10 +4,11 @@ Stratified by subset (config_type) and, within each, by size (atoms), so that ev
 and size range appears in each part in proportion. A subset too small to give each requested
 part a graph (fraction x its graphs < 1) joins a pooled remainder, split the same way. So each
 part's count is within one graph of its fraction in every stratum, and with 3 or more graphs
-every requested part gets at least one (fewer graphs are refused). The split of a union leaves
-out the later copies of structures that several members share (cfmtrain.graphs.duplicates),
-saying so, so that no structure is in two parts. Written as .npz with the requested and realised
-fractions, the graphs left out and the fingerprint of the store it splits, which training checks.
+every requested part gets at least one (fewer graphs are refused). A split leaves out the later
+copies of a structure held more than once, in one data set or in several members of a union
+(cfmtrain.graphs.duplicates), saying so, so that no structure is in two parts. Written as .npz
+with the requested and realised fractions, the graphs left out and the fingerprint of the store
+it splits, which training checks.
 """
 
 from __future__ import annotations
@@ -189,15 +190,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_fractions(*fractions)
         store = GraphStore(args.graphs, check_edges=False)
-        kept = np.arange(len(store))
-        if len(args.graphs) > 1:  # a union: each structure once, in the first member holding it
-            from cfmtrain.graphs.duplicates import describe as shared_line
-            from cfmtrain.graphs.duplicates import shared_structures
+        # each structure once: its first graph (of the first member of a union holding it)
+        from cfmtrain.graphs.duplicates import describe as shared_line
+        from cfmtrain.graphs.duplicates import shared_structures
 
-            copies, shared = shared_structures(args.graphs, store)
-            for pair in shared:
-                print(f"warning: {shared_line(pair)}", file=sys.stderr)
-            kept = np.flatnonzero(~copies)
+        copies, shared = shared_structures(list(args.graphs), store)
+        for pair in shared:
+            print(f"warning: {shared_line(pair)}", file=sys.stderr)
+        kept = np.flatnonzero(~copies)
         parts = {name: kept[idx] for name, idx in split_indices(
             store.subsets[kept], fractions, args.seed, store.num_atoms[kept]).items()}
     except (SplitError, ShardError, FileNotFoundError) as err:
@@ -212,5 +212,5 @@ def run(args: argparse.Namespace) -> int:
                      requested=np.array(fractions), pooled=pooled, left_out=left_out,
                      realised=np.array([shares[p] for p in PARTS]), **parts)
     print(describe(parts, fractions, pooled)
-          + (f"; {left_out} copies of other members' structures left out" if left_out else ""))
+          + (f"; {left_out} copies of structures held before left out" if left_out else ""))
     return 0

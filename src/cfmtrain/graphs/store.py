@@ -472,6 +472,10 @@ class GraphStore:
     def __len__(self) -> int:
         return int(self._starts[-1])
 
+    def shard_of(self, indices: np.ndarray) -> np.ndarray:
+        """The shard (an index into `files`) of each of the graphs `indices`."""
+        return np.searchsorted(self._starts, np.asarray(indices, np.int64), side="right") - 1
+
     def graph_blocks(self, indices: np.ndarray, fields: Iterable[str],
                      max_items: int = CHECK_EDGES) -> Iterator[tuple[np.ndarray, dict]]:
         """The fields of the graphs `indices` (unique) read in contiguous blocks, shard by

@@ -76,6 +76,9 @@ def convert_files(kind: DataKind, inputs: Sequence[str | os.PathLike],
         counts, summaries = convert_parts(reader, parts, staging,
                                           shard_paths(staging, num_shards), kind.config_type,
                                           skip_invalid, progress, limits, workers)
+        by_file = counts.pop("frames_by_file")
+        for path in files:  # which frames came from which file (cfmtrain.graphs.duplicates)
+            records[path]["frames"] = by_file.get(str(path), 0)
         record = manifest(kind.head(), files, records, kind.finish(staging, summaries), limits,
                           num_shards, counts)
         write_manifest(staging, record)

@@ -130,7 +130,8 @@ def convert_parts(reader: PartReader, parts: list[Part], folder: Path, shard_pat
                   config_type: str, skip_invalid: bool = False, progress: bool = True,
                   limits: Limits = LIMITS, workers: int = 1) -> tuple[dict, list[dict]]:
     """Convert every part (`workers` processes) and deal the frames into `shard_paths`.
-    Returns the manifest's counts and each part's reader summary, in order. Fewer valid frames
+    Returns the manifest's counts (with `frames_by_file`: the valid frames of each input file)
+    and each part's reader summary, in order. Fewer valid frames
     than shards is an error: an empty shard would give an empty graph shard."""
     scratch = folder / ".parts"
     scratch.mkdir(parents=True, exist_ok=True)
@@ -156,7 +157,10 @@ def convert_parts(reader: PartReader, parts: list[Part], folder: Path, shard_pat
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     examples = [e for r in done for e in r.examples][:EXAMPLES]
-    counts = {"frames": sum(per_shard), "frames_per_shard": per_shard,
+    by_file: dict[str, int] = {}  # valid frames of each input file, dealt in this order
+    for task, result in zip(tasks, done, strict=True):
+        by_file[str(task[1].path)] = by_file.get(str(task[1].path), 0) + result.written
+    counts = {"frames": sum(per_shard), "frames_per_shard": per_shard, "frames_by_file": by_file,
               "skipped": sum(skipped.values()), "skipped_by_reason": dict(sorted(skipped.items())),
               "skipped_examples": examples}
     return counts, [r.summary for r in done]
