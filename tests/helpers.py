@@ -312,6 +312,37 @@ def write_run(root: Path, dataset: str, variant: str, ranks: int, *, cost=(0.05,
     return folder
 
 
+def write_group(root: Path, dataset: str, ranks: int, costs: dict[str, tuple], *,
+                shift: float = 1.0, balanced: tuple[str, ...] = (), seed: int = 0,
+                **run_kwargs) -> Path:
+    """A group folder results/train/<dataset>/r<ranks> under root as `cfmtrain rounds` writes
+    it: a run per variant of `costs` (write_run's known cost laws, the data set in its
+    summary) and paired.csv, each variant's ratio to the first one the mean of its epochs'
+    ratios times `shift`, with a 3% range; returns the folder."""
+    import shutil
+
+    group = root / "results" / "train" / dataset / f"r{ranks}"
+    times = {}
+    for k, (variant, cost) in enumerate(costs.items()):
+        run = write_run(root / "runs", dataset, variant, ranks, cost=cost, seed=seed + k,
+                        balanced=variant in balanced, **run_kwargs)
+        shutil.move(run, group / variant)
+        summary = json.loads((group / variant / "summary.json").read_text())
+        (group / variant / "summary.json").write_text(json.dumps({**summary,
+                                                                  "dataset": dataset}))
+        times[variant] = pd.read_csv(group / variant / "epochs.csv").wall_s.to_numpy()[1:]
+    reference = next(iter(costs))
+    rows = []
+    for variant in costs:
+        ratio = (1.0 if variant == reference else
+                 float(np.mean(times[reference] / times[variant])) * shift)
+        rows.append(PairedRecord(dataset, ranks, variant, reference,
+                                 float(np.median(times[variant])), ratio, ratio * 0.97,
+                                 ratio * 1.03, len(times[variant]), 0.06, 0))
+    write_table(group / "paired.csv", rows, PairedRecord)
+    return group
+
+
 def write_store(path: Path, graphs_per_subset: int = 3, seed: int = 0) -> Path:
     """A small graph store (one shard) with a few graphs in each of mini's subsets. Positions
     and labels are placeholders: only the per-graph size table matters to its users."""

@@ -88,11 +88,11 @@ def test_simulated_band_headline_and_unsupported_statement(tmp_path, drawn):
     weak = simulated.read_simulated(write_simulated(tmp_path / "b.csv", False, "R² 0.41 < 0.95"))
     scaling.draw_speedup(simulated.simulated_speedup_table(weak), tmp_path / "b.png", "8")
     words = texts(drawn[1])
-    assert "unsupported: fit too weak — R² 0.41 < 0.95" in words
+    assert "unsupported — R² 0.41 < 0.95" in words
     assert not any(" at 740 ranks" in t for t in words)
     assert not drawn[1].axes[0].lines, "no speed-up drawn without support"
     scaling.draw_strong_scaling(simulated.simulated_strong_table(weak), tmp_path / "c.png", "7")
-    assert "unsupported: fit too weak — R² 0.41 < 0.95" in texts(drawn[2])
+    assert "unsupported — R² 0.41 < 0.95" in texts(drawn[2])
     bands = [c.get_paths()[0].vertices[:, 1] for c in drawn[2].axes[0].collections]
     # at 740 ranks: baseline 5 s (band 4.5-5.5), both 1 s (band 0.75-1.5); at 16: 100 and 20 s
     assert [v for b in bands for v in (np.min(b), np.max(b))] == pytest.approx(

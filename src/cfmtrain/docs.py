@@ -114,12 +114,16 @@ def _simulate(f: pd.DataFrame) -> str:
     at = f[(f.ranks == PAPER_RANKS) & (f.case == "CPU (measured)")].set_index("variant")
     base, both = at.loc[BASELINE.name], at.loc[BOTH.name]
     if not (base.supported and both.supported):
-        why = "; ".join(f"{v}: {at.loc[v].unsupported_reason}"
-                        for v in (BASELINE.name, BOTH.name) if not at.loc[v].supported)
-        return f"unsupported, fit too weak ({why}): the simulator gives no number"
+        why = "; ".join(dict.fromkeys(f"{at.loc[v].unsupported_reason}"
+                                      for v in (BASELINE.name, BOTH.name)
+                                      if not at.loc[v].supported))
+        return f"unsupported ({why}): the simulator gives no number"
+    held = (f"; held-out group {both.held_out} predicted within "
+            f"{100 * both.held_out_error:.1f}% of its paired speed-ups"
+            if "held_out" in at.columns and isinstance(both.held_out, str) else "")
     return (f"{_x(base.epoch_s / both.epoch_s)} (band {base.epoch_s_low / both.epoch_s_high:.1f}"
             f"-{base.epoch_s_high / both.epoch_s_low:.1f}) `both` over `baseline`, Table 3 "
-            f"mixture, {PAPER_GRAPHS / 1e6:g}M graphs (the paper: {SPEEDUP:g}x)")
+            f"mixture, {PAPER_GRAPHS / 1e6:g}M graphs (the paper: {SPEEDUP:g}x)" + held)
 
 
 def _scale(f: pd.DataFrame) -> str:

@@ -18,7 +18,7 @@ def sweep_args(wildcards):
 
 # --- simulate.smk
 SIMULATE_TABLES = ("strong.csv", "weak.csv", "strategies.csv", "validation.csv", "fit.csv",
-                   "strong_accelerator.csv", "weak_accelerator.csv")
+                   "ratios.csv", "strong_accelerator.csv", "weak_accelerator.csv")
 
 
 def simulate_targets():
@@ -34,6 +34,12 @@ def simulate_runs(wildcards):
     s = config["simulate"]
     return [cell_summary(wildcards.trainset, v, r) for v in s["variants"]
             for r in s["measured_ranks"]]
+
+
+def simulate_groups(wildcards):
+    """Every group of config `train.matrix` (its paired.csv): the speed-ups the simulator is
+    judged on, the matrix's last group held out unless `simulate.held_out` names another."""
+    return [f"{group_folder(d, r)}/paired.csv" for d, r in matrix_groups()]
 
 
 def simulate_calibration(wildcards):

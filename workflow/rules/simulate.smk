@@ -1,5 +1,5 @@
 # Simulation past one machine: cost laws fitted on the calibration of the cells' model, the data
-# wait of the measured cells, each cell predicted (the data wait from its other rank counts),
+# wait of the measured runs, judged on the groups' paired speed-ups (one group held out),
 # driving per-epoch time at 1..740+ ranks in the CPU (measured) and accelerator (assumed) cases;
 # results/simulate/<dataset>/<dist>/.
 
@@ -7,6 +7,7 @@
 rule simulate_scaling:
     input:
         runs=simulate_runs,
+        groups=simulate_groups,
         calibration=simulate_calibration,
         shards=train_shards,
     output:
@@ -23,12 +24,14 @@ rule simulate_scaling:
         distribution="table3|dataset",
     params:
         graphs=train_graphs,
+        groups=lambda wildcards, input: [os.path.dirname(p) for p in input.groups],
         args=simulate_args,
         out=subpath(output.paper, parent=True),
     threads: 1
     conda:
         "../../envs/cfmtrain.yaml"
     shell:
-        "python -m cfmtrain simulate --runs {input.runs:q} --calibration {input.calibration:q}"
+        "python -m cfmtrain simulate --runs {input.runs:q} --groups {params.groups:q}"
+        " --calibration {input.calibration:q}"
         " --graphs {params.graphs:q} {params.args} --output-dir {params.out:q}"
         " > {log:q} 2>&1"

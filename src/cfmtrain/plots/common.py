@@ -56,7 +56,7 @@ def mark_contended(ax: plt.Axes, x, y) -> None:
 
 def mark_unsupported(ax: plt.Axes, reason: str) -> None:
     """The statement a simulated figure makes instead of a headline when its fit is too weak."""
-    ax.text(0.5, 0.5, f"unsupported: fit too weak — {reason}", transform=ax.transAxes,
+    ax.text(0.5, 0.5, f"unsupported — {reason}", transform=ax.transAxes,
             ha="center", va="center", wrap=True, fontsize=10, color="tab:red", weight="bold",
             bbox={"facecolor": "white", "edgecolor": "tab:red", "alpha": 0.9})
 

@@ -29,9 +29,6 @@ from cfmtrain.simulate.validate import GradientBytes, data_wait_s, predict_run
 from cfmtrain.tables import Record, frame
 from cfmtrain.train.runs import Run, load_run
 
-WIDEN = 0.05  # an in-sample ratio may lie this far (relative) outside its paired range
-MAX_HELD_OUT_ERROR = 0.10  # the held-out group's ratios: at most this far from their medians
-
 
 @dataclasses.dataclass(frozen=True)
 class RatioCheck(Record):
@@ -88,8 +85,8 @@ def group_name(run: Run) -> str:
 
 def ratio_checks(laws: dict[str, CostModel], groups: list[Group],
                  path_of: Callable[[str], str], network: Network,
-                 gradient_bytes: GradientBytes, held_out: str | None = None,
-                 widen: float = WIDEN) -> pd.DataFrame:
+                 gradient_bytes: GradientBytes, held_out: str | None,
+                 widen: float) -> pd.DataFrame:
     """RatioCheck rows: every group's variants against the baseline, predicted in sample; the
     group named `held_out` (data set/r<ranks>) predicted with the data wait of the others."""
     rows = []
@@ -125,7 +122,7 @@ def ratio_checks(laws: dict[str, CostModel], groups: list[Group],
 
 
 def ratio_verdict(checks: pd.DataFrame, held_out: str | None,
-                  max_held_out_error: float = MAX_HELD_OUT_ERROR) -> dict:
+                  max_held_out_error: float) -> dict:
     """Whether the ratio checks support the simulator's numbers, and why not: every in-sample
     ratio inside its widened range, the held-out group's within `max_held_out_error`. Also the
     held-out group's worst error and the worst error over all checks (the model error that

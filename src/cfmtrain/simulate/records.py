@@ -41,12 +41,17 @@ class EpochRow(Record):
 
 @dataclasses.dataclass(frozen=True)
 class StrategyRow(EpochRow):
-    """strategies.csv: an epoch of a batching strategy, with the case (CPU or accelerator) and
-    whether the fit of its cost model supports the number (if not, why)."""
+    """strategies.csv: an epoch of a batching strategy, with the case (CPU or accelerator),
+    whether its cost model supports the number (if not, why), and the group held out of the
+    ratio checks with its error."""
 
     case: str
     supported: bool
     unsupported_reason: str
+    held_out: str
+    held_out_error: float
+
+    OPTIONAL = (*EpochRow.OPTIONAL, "held_out", "held_out_error")  # an older table's verdict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +72,10 @@ class WeakRow(EpochRow):
     case: str
     supported: bool
     unsupported_reason: str
+    held_out: str
+    held_out_error: float
+
+    OPTIONAL = StrategyRow.OPTIONAL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,11 +115,14 @@ class ValidationRow(Record):
 @dataclasses.dataclass
 class FitRow(CostModel, Record):
     """fit.csv: a variant's cost model (CostModel's fields, the covariance written as JSON and
-    the sources space-separated), its compute path and the verdict on it: the worst cell
-    error, whether the fit supports extrapolation and if not why."""
+    the sources space-separated), its compute path and the verdict on it: the worst relative
+    error of the ratio checks and the held-out group's, whether the model supports
+    extrapolation and if not why."""
 
     kernels: str = ""
-    worst_validation_error: float = math.nan
+    worst_ratio_error: float = math.nan
+    held_out: str = ""
+    held_out_error: float = math.nan
     supported: bool = False
     unsupported_reason: str = ""
 

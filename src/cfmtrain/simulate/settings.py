@@ -58,8 +58,12 @@ class SimulateSettings:
     saturation_atoms: float = setting(A100_SATURATION_ATOMS, "accelerator case: a batch below "
                                       "this many atoms costs as much as this many")
     min_r2: float = setting(0.95, "a variant whose calibration fit has a lower R² is unsupported")
-    max_validation_error: float = setting(0.15, "a variant whose worst predicted cell epoch time "
-                                          "is off by more (relative) is unsupported")
+    held_out: str = setting("", "the group (data set/r<ranks>) predicted from the others alone "
+                            "('': the last group given, the matrix's last)")
+    max_held_out_error: float = setting(0.10, "the held-out group's speed-ups may be off their "
+                                        "paired medians by at most this (relative)")
+    ratio_widen: float = setting(0.05, "an in-sample speed-up may lie this far (relative) "
+                                 "outside its paired 10-90% range")
     validation_parameters: float | None = setting(None, "parameters of the measured runs' model "
                                                   "(null: counted from each run's config)")
     validation_alpha: float = setting(LOCAL_ALPHA_S, "latency per message (s) of the measured "

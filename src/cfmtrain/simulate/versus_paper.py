@@ -1,12 +1,34 @@
 """The simulated numbers beside the paper's reported ones (section 5.4 and the conclusion), with
-their bands and the assumptions that produced them, as Markdown; a case whose fit is too weak
-says so and why instead of giving numbers."""
+their bands and the assumptions that produced them: versus_paper.csv, and as Markdown; a case
+whose models are not supported says so and why instead of giving numbers."""
 
 from __future__ import annotations
+
+import dataclasses
+import math
 
 import pandas as pd
 
 from cfmtrain.paper import BASELINE, BOTH, EPOCH_MINUTES, PAPER_RANKS, SPEEDUP, STRONG_EFFICIENCY
+from cfmtrain.tables import Record
+
+
+@dataclasses.dataclass(frozen=True)
+class VersusPaperRow(Record):
+    """versus_paper.csv: one of the paper's reported quantities beside the simulator's, in one
+    case (CPU measured or accelerator assumed), with the simulated band; the simulated values
+    are empty where the case's headline variants are not supported."""
+
+    case: str
+    quantity: str
+    paper: float
+    simulated: float
+    low: float
+    high: float
+    supported: bool
+
+    TABLE = "versus_paper.csv"
+    WRITER = "`cfmtrain simulate`"
 
 HEADLINE = (BASELINE.name, BOTH.name)  # the variants of the paper's headline numbers
 
@@ -49,15 +71,28 @@ def comparison(strong: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["quantity", "paper", "simulated", "low", "high"])
 
 
-def section(title: str, strong: pd.DataFrame) -> str:
-    """One case's comparison, or "unsupported: fit too weak" with the reasons of the headline
-    variants' rows when either is unsupported."""
+def _weak(strong: pd.DataFrame) -> pd.DataFrame:
+    """The headline variants' own rows that are not supported."""
     own = strong[strong.run.isin(HEADLINE) & (strong.run == strong.variant)]
-    weak = own[~own.supported.astype(bool)]
+    return own[~own.supported.astype(bool)]
+
+
+def rows(case: str, strong: pd.DataFrame) -> list[VersusPaperRow]:
+    """versus_paper.csv's rows of one case (simulated values NaN where unsupported)."""
+    supported = _weak(strong).empty
+    return [VersusPaperRow(case, r.quantity, r.paper,
+                           *((r.simulated, r.low, r.high) if supported else (math.nan,) * 3),
+                           supported) for r in comparison(strong).itertuples()]
+
+
+def section(title: str, strong: pd.DataFrame) -> str:
+    """One case's comparison, or "unsupported" with the reasons of the headline
+    variants' rows when either is unsupported."""
+    weak = _weak(strong)
     if not weak.empty:
         reasons = "; ".join(dict.fromkeys(f"{r.variant}: {r.unsupported_reason}"
                                           for r in weak.itertuples()))
-        return (f"## {title}\n\n**Unsupported: fit too weak.** No simulated numbers are given, "
+        return (f"## {title}\n\n**Unsupported.** No simulated numbers are given, "
                 f"because {reasons}.\n")
     lines = ["| quantity | paper | simulated | band |", "|---|---:|---:|---|"]
     for r in comparison(strong).itertuples():
