@@ -183,6 +183,10 @@ RESULTS = (
             "supported"),
            f"ranks in (16, 64, {PAPER_RANKS}) and case == 'CPU (measured)' and supported"),
 )
+VERSUS_PAPER = Result("The paper beside the simulator", "simulate_versus_paper.csv",
+                      "results/simulate/mini_s/table3/versus_paper.csv",
+                      "snakemake --profile profiles/local simulate", lambda f: "",
+                      ("case", "quantity", "paper", "simulated", "low", "high"))
 HOST = Result("Host check", "host.csv", "results/bench/host.csv",
               "cfmtrain bench host --probes 20", lambda f: host_check(f),
               ("probe", "wall_s", "cpu_s", "matmul_s", "gather_s"))
@@ -237,6 +241,20 @@ def results_table(root: Path) -> str:
                else f"`{r.source}`, not collected")
         rows.append([r.label, value, f"`{r.command}`", csv])
     return stamp(root) + "\n\n" + markdown_table(["result", "value", "command", "CSV"], rows)
+
+
+def versus_paper_table(root: Path) -> str:
+    """The paper's reported quantities beside the simulator's (docs/experiments.md)."""
+    path = root / REFERENCE / VERSUS_PAPER.csv
+    if not path.is_file():
+        return f"Not in the reference set (`{VERSUS_PAPER.source}` after the command)."
+    f = pd.read_csv(path)
+    rows = [[r.case, r.quantity, f"{r.paper:.3g}",
+             f"{r.simulated:.3g}" if r.supported else "unsupported",
+             f"{r.low:.3g} – {r.high:.3g}" if r.supported else ""] for r in f.itertuples()]
+    return (f"From [{VERSUS_PAPER.csv}](results/{VERSUS_PAPER.csv}) "
+            f"(`{VERSUS_PAPER.source}`).\n\n"
+            + markdown_table(["case", "quantity", "paper", "simulated", "band"], rows))
 
 
 def bench_tables(root: Path) -> str:
@@ -421,6 +439,7 @@ def outputs(root: Path) -> dict[Path, Callable[[str], str]]:
             root / "docs/benchmarks.md": fill("benchmarks", bench_tables(root)),
             root / "docs/configuration.md": fill("config", reference),
             root / "docs/own-data.md": fill("formats", formats_table()),
+            root / "docs/experiments.md": fill("versus-paper", versus_paper_table(root)),
             root / "config/README.md": lambda _: f"{CONFIG_README_HEAD}\n{reference}\n"}
 
 
@@ -440,7 +459,7 @@ def collect(root: Path, results: Path, names: list[str]) -> list[str]:
     host = host_check(pd.read_csv(host_csv)) if host_csv.is_file() else "not run"
     manifest = _manifest(root)
     copied = []
-    for r in (*RESULTS, HOST):
+    for r in (*RESULTS, VERSUS_PAPER, HOST):
         source = results / Path(r.source).relative_to("results")
         if (names and r.csv.removesuffix(".csv") not in names) or not source.is_file():
             continue
@@ -461,7 +480,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collect", nargs="*", metavar="NAME",
                         help="first copy the CSVs measured under results/ into docs/results/ "
                              "(all found, or those named: " + ", ".join(
-                                 r.csv.removesuffix(".csv") for r in (*RESULTS, HOST)) + ")")
+                                 r.csv.removesuffix(".csv")
+                                 for r in (*RESULTS, VERSUS_PAPER, HOST)) + ")")
     parser.add_argument("--results", type=Path, default=Path("results"),
                         help="the results folder --collect reads")
     parser.add_argument("--root", type=Path, default=Path("."), help="the repository")
