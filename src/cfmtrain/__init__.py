@@ -17,7 +17,10 @@ import marked `# lazy:`), which keep heavy libraries out of processes that do no
 - balance/report.py, graphs/split.py, graphs/stats.py, plots/sizes.py, plots/graphs_per_rank.py,
   simulate/sizes.py: GraphStore (h5py; torch through vesin): light commands start without them.
 - frames/validate.py: frames.neighbors (vesin imports torch): `convert`, `generate` stay light.
-- config_check.py, simulate/cli.py: train.model (mace, e3nn: seconds) only to check or build one.
+- config_check.py, simulate/cli.py: train.model or train.model_check (mace, e3nn: seconds) only
+  to check or build a model; train/model_check.py: train.model, which imports the checks, for
+  the trial build.
+- children.py: crash, for a pool's workers (the keeper runs children.py as a script, no cfmtrain).
 - measure/repeats.py: train.checkpoint, train.summary (torch) once `cell`'s arguments are checked.
 - bench/kernels.py, bench/md.py (their children run them), bench/kernels_worker.py,
   bench/md_worker.py: a child loads only what it times (its peak RSS is a result): no cfmtrain

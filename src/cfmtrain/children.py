@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -70,6 +72,23 @@ def send(pids: Iterable[int], signum: int) -> None:
             pass
 
 
+def pid_alive(pid: int | str) -> bool:
+    """True if process `pid` exists on this host (a pid that is not a number: False)."""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
+def writer_pid(path: str | os.PathLike) -> int | None:
+    """The pid a temporary name ends with (`.x.tmp-123`, `.staging-123`, `x.tmp123`)."""
+    found = re.search(r"(?:\.tmp-|\.staging-|\.tmp)(\d+)$", os.fspath(path))
+    return int(found.group(1)) if found else None
+
+
 def die_with_parent(parent: int) -> None:
     """In a child process (a pool worker): get SIGKILL when its parent dies; exit now if the
     parent (`parent`, its pid) is gone already. The signal comes when the parent's thread that
@@ -80,12 +99,30 @@ def die_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _start_worker(parent: int, leftovers: str | None) -> None:
+    """A pool worker's start: it dies with `parent`, leaves a Ctrl-C to it (the pool's owner
+    stops the pool: one message, not one traceback per worker) and lists what it would leave
+    unfinished where its supervised owner does (`leftovers`: cfmtrain.crash)."""
+    die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if leftovers:
+        from cfmtrain import crash  # lazy: the keeper, which runs this file, imports no cfmtrain
+
+        crash.where.leftovers = Path(leftovers)
+
+
 def pool(processes: int) -> multiprocessing.pool.Pool:
-    """A multiprocessing pool (spawn start method) whose workers die with this process."""
+    """A multiprocessing pool (spawn start method) whose workers die with this process and
+    ignore SIGINT (module docstring of cfmtrain.crash: their leftovers are listed with this
+    process's)."""
     import multiprocessing  # lazy: the keeper, which runs this file, never needs it
 
+    from cfmtrain import crash  # lazy: as above
+
+    leftovers = crash.where.leftovers
     return multiprocessing.get_context("spawn").Pool(
-        processes, initializer=die_with_parent, initargs=(os.getpid(),))
+        processes, initializer=_start_worker,
+        initargs=(os.getpid(), None if leftovers is None else str(leftovers)))
 
 
 class Popen(subprocess.Popen):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 
 from cfmtrain import crash
@@ -72,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(rest)
     try:
         return int(module.run(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (pool workers ignore it)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second one (the supervisor's) too
+        print(f"cfmtrain {name}: interrupted", file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
     except DiskFullError as err:  # one line naming the file, not a traceback
         print(f"cfmtrain {name}: {err}", file=sys.stderr, flush=True)
         sys.stdout.flush()

@@ -10,7 +10,9 @@ passed on to the child, whose exit code the supervisor then returns (128 + the s
 stop killed it, its leftovers removed). The child also enables faulthandler, so the log holds
 the Python stack of a fault in native code (not of a SIGKILL, which ends a process at once).
 The child runs under a keeper (cfmtrain.children): whatever ends the child or the supervisor,
-SIGKILL included, every process below it ends too, a stopped one included.
+SIGKILL included, every process below it ends too, a stopped one included. The record's name
+holds the supervisor's pid: a supervisor starting removes the records of supervisors that are
+gone (killed outright) and the leftovers they list whose writers are gone too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import faulthandler
 import mmap
 import os
+import re
 import shutil
 import signal
 import sys
@@ -26,8 +29,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from cfmtrain import children
+from cfmtrain.children import pid_alive, writer_pid
 
 ENV = "CFMTRAIN_WHERE"
+RECORD_PREFIX = "cfmtrain-where-"  # then the supervisor's pid, "-" and a random part
 RECORD_BYTES = 4096
 SEP = "\x1f"  # between the record's fields: stage, file, frame
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -114,7 +119,9 @@ def _log() -> str | None:
     return path if path.startswith("/") and os.path.isfile(path) else None
 
 
-def _remove_leftovers(path: Path) -> list[str]:
+def _remove_leftovers(path: Path, dead_writers_only: bool = False) -> list[str]:
+    """Remove what the list `path` names (with `dead_writers_only`, only temporary files and
+    folders whose name ends with the pid of a process that is gone); what was removed."""
     removed = []
     try:
         names = path.read_text(encoding="utf-8").splitlines()
@@ -122,6 +129,8 @@ def _remove_leftovers(path: Path) -> list[str]:
         return removed
     for name in dict.fromkeys(names):
         target = Path(name)
+        if dead_writers_only and ((pid := writer_pid(target)) is None or pid_alive(pid)):
+            continue
         if target.is_dir():
             shutil.rmtree(target, ignore_errors=True)
         elif target.exists():
@@ -159,10 +168,29 @@ def explain(command: str, signum: int, where: Where, removed: list[str],
             f"report it with {noted + ' and ' if noted else ''}that stack.")
 
 
+def remove_dead_records(folder: Path | None = None) -> list[Path]:
+    """Remove the records (and leftovers lists) of supervisors that are gone, in `folder` (the
+    temporary folder), after removing the leftovers they list whose writers are gone too; the
+    records removed."""
+    removed = []
+    for record in Path(folder or tempfile.gettempdir()).glob(f"{RECORD_PREFIX}*"):
+        found = re.fullmatch(rf"{RECORD_PREFIX}(\d+)-[^.]+", record.name)
+        if found is None or pid_alive(found.group(1)):
+            continue
+        leftovers = Path(f"{record}.leftovers")
+        _remove_leftovers(leftovers, dead_writers_only=True)
+        leftovers.unlink(missing_ok=True)
+        record.unlink(missing_ok=True)
+        removed.append(record)
+    return removed
+
+
 def supervise(argv: list[str], env: dict[str, str] | None = None) -> int:
     """Run `python -m cfmtrain argv` as a child (module docstring); its exit code, or 1 after a
     death by signal other than a stop this process passed on."""
-    with tempfile.NamedTemporaryFile(prefix="cfmtrain-where-", delete=False) as f:
+    remove_dead_records()
+    prefix = f"{RECORD_PREFIX}{os.getpid()}-"
+    with tempfile.NamedTemporaryFile(prefix=prefix, delete=False) as f:
         f.write(b"\0" * RECORD_BYTES)
         record = Path(f.name)
     leftovers = Path(f"{record}.leftovers")

@@ -18,6 +18,7 @@ import numpy as np
 from ase import Atoms
 
 from cfmtrain import crash
+from cfmtrain.children import pid_alive
 from cfmtrain.frames.labels import CONFIG_TYPE_KEY, ENERGY_KEY, FORCES_KEY, STRESS_KEY
 from cfmtrain.frames.validate import (
     Limits,
@@ -57,7 +58,7 @@ class Staging:
         self.output_dir = Path(output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         for stale in self.output_dir.glob(".staging-*"):  # of a conversion killed outright
-            if not _alive(stale.name.removeprefix(".staging-")):
+            if not pid_alive(stale.name.removeprefix(".staging-")):
                 shutil.rmtree(stale, ignore_errors=True)
         self.folder = self.output_dir / f".staging-{os.getpid()}"
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -79,17 +80,6 @@ class Staging:
     def discard(self) -> None:
         """Drop the staged outputs (the previous ones stay)."""
         shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _alive(pid: str) -> bool:
-    """True if process `pid` (text) exists on this machine."""
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.contextmanager
