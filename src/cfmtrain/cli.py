@@ -80,8 +80,20 @@ def main(argv: list[str] | None = None) -> int:
     except DiskFullError as err:  # one line naming the file, not a traceback
         print(f"cfmtrain {name}: {err}", file=sys.stderr, flush=True)
         sys.stdout.flush()
+        _end_pools()
         # no interpreter teardown: a library whose write failed (HDF5) may crash in it
         os._exit(1)
+
+
+def _end_pools() -> None:
+    """What multiprocessing does at a normal exit (its pools' workers ended, their semaphores
+    released), before an exit without teardown: else its resource tracker warns of leaks."""
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        try:
+            util._exit_function()
+        except Exception:  # noqa: BLE001  (best effort: the error is said already)
+            pass
 
 
 def entry() -> int:
@@ -92,4 +104,8 @@ def entry() -> int:
         crash.attach_child()
         return main(argv)
     heavy = bool(argv) and argv[0] in COMMANDS and COMMANDS[argv[0]][2]
-    return crash.supervise(argv, {**os.environ, **(MALLOC_ENV if heavy else {})})
+    try:
+        return crash.supervise(argv, {**os.environ, **(MALLOC_ENV if heavy else {})})
+    except DiskFullError as err:  # the supervisor's record, in the temporary folder
+        print(f"cfmtrain: {err}", file=sys.stderr, flush=True)
+        return 1

@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 from cfmtrain import children
 from cfmtrain.children import pid_alive, writer_pid
+from cfmtrain.diskfull import DiskFullError, writing
 
 ENV = "CFMTRAIN_WHERE"
 RECORD_PREFIX = "cfmtrain-where-"  # then the supervisor's pid, "-" and a random part
@@ -84,7 +85,7 @@ class _Where:
     def leftover(self, path: str | os.PathLike) -> None:
         """Register `path` (a file or folder) to be removed if this process dies of a signal."""
         if self.leftovers is not None:
-            with open(self.leftovers, "a", encoding="utf-8") as f:
+            with writing(self.leftovers), open(self.leftovers, "a", encoding="utf-8") as f:
                 f.write(f"{os.path.abspath(path)}\n")
 
 
@@ -191,8 +192,14 @@ def supervise(argv: list[str], env: dict[str, str] | None = None) -> int:
     remove_dead_records()
     prefix = f"{RECORD_PREFIX}{os.getpid()}-"
     with tempfile.NamedTemporaryFile(prefix=prefix, delete=False) as f:
-        f.write(b"\0" * RECORD_BYTES)
         record = Path(f.name)
+        try:
+            with writing(record):
+                f.write(b"\0" * RECORD_BYTES)
+                f.flush()
+        except DiskFullError:
+            record.unlink(missing_ok=True)
+            raise
     leftovers = Path(f"{record}.leftovers")
     passed_on: list[int] = []
     child = children.Popen([sys.executable, "-m", "cfmtrain", *argv],

@@ -22,6 +22,7 @@ from ase.data import atomic_numbers
 from ase.io.extxyz import key_val_str_to_dict, parse_properties
 
 from cfmtrain.atomic import atomic_path
+from cfmtrain.diskfull import writing
 from cfmtrain.frames.labels import CONFIG_TYPE_KEY, ENERGY_KEY, FORCES_KEY, STRESS_KEY
 from cfmtrain.frames.validate import InvalidFrameError, Problem
 
@@ -64,11 +65,14 @@ def write_shards(frames: Iterable[Atoms], paths: list[Path]) -> list[int]:
     """
     counts = [0] * len(paths)
     with contextlib.ExitStack() as stack:
+        if hasattr(frames, "close"):  # a generator stopped by an error ends now (its pool too)
+            stack.callback(frames.close)
         tmps = [stack.enter_context(atomic_path(p)) for p in paths]
         handles = [stack.enter_context(open(t, "w")) for t in tmps]
         for i, frame in enumerate(frames):
             k = i % len(paths)
-            ase.io.write(handles[k], frame, format="extxyz")
+            with writing(paths[k]):  # a full disk names the shard it stopped
+                ase.io.write(handles[k], frame, format="extxyz")
             counts[k] += 1
     # the stack closed each handle before its atomic_path renamed it (last in, first out)
     return counts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
@@ -69,8 +70,10 @@ def save(fig: plt.Figure, output: str | Path) -> list[Path]:
     written = []
     for suffix in (".png", ".pdf"):
         path = output.with_suffix(suffix)
+        image = io.BytesIO()  # drawn in memory: on a full disk matplotlib's PDF writer fails
+        fig.savefig(image, dpi=130, format=suffix[1:], bbox_inches="tight")  # with zlib's error
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=130, format=suffix[1:], bbox_inches="tight")
+            tmp.write_bytes(image.getvalue())
         written.append(path)
     plt.close(fig)
     return written

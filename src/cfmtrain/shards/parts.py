@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from cfmtrain import children, crash
 from cfmtrain.atomic import atomic_path
+from cfmtrain.diskfull import writing
 from cfmtrain.frames.extxyz import frame_offsets
 from cfmtrain.frames.validate import (
     LIMITS,
@@ -92,7 +93,7 @@ def _convert_part(reader: PartReader, part: Part, out: Path, config_type: str,
     skipped: Counter[str] = Counter()
     examples: list[str] = []
     written = 0
-    with open(out, "w") as fh:
+    with writing(out), open(out, "w") as fh:
         for frame in reader.frames(part):
             crash.at("checking frames", frame.source, frame.index)
             problem = check_frame(frame, limits=limits)
@@ -134,7 +135,8 @@ def convert_parts(reader: PartReader, parts: list[Part], folder: Path, shard_pat
     and each part's reader summary, in order. Fewer valid frames
     than shards is an error: an empty shard would give an empty graph shard."""
     scratch = folder / ".parts"
-    scratch.mkdir(parents=True, exist_ok=True)
+    with writing(scratch):
+        scratch.mkdir(parents=True, exist_ok=True)
     tasks = [(reader, part, scratch / f"part_{k:06d}.extxyz", config_type, skip_invalid, limits)
              for k, part in enumerate(parts)]
     try:

@@ -19,6 +19,7 @@ from ase import Atoms
 
 from cfmtrain import crash
 from cfmtrain.children import pid_alive
+from cfmtrain.diskfull import writing
 from cfmtrain.frames.labels import CONFIG_TYPE_KEY, ENERGY_KEY, FORCES_KEY, STRESS_KEY
 from cfmtrain.frames.validate import (
     Limits,
@@ -56,14 +57,16 @@ class Staging:
 
     def __init__(self, output_dir: str | os.PathLike) -> None:
         self.output_dir = Path(output_dir)
-        self.output_dir.mkdir(parents=True, exist_ok=True)
+        with writing(self.output_dir):
+            self.output_dir.mkdir(parents=True, exist_ok=True)
         for stale in self.output_dir.glob(".staging-*"):  # of a conversion killed outright
             if not pid_alive(stale.name.removeprefix(".staging-")):
                 shutil.rmtree(stale, ignore_errors=True)
         self.folder = self.output_dir / f".staging-{os.getpid()}"
         shutil.rmtree(self.folder, ignore_errors=True)
-        self.folder.mkdir()
         crash.leftover(self.folder)
+        with writing(self.folder):
+            self.folder.mkdir()
 
     def commit(self) -> None:
         """Put the staged outputs in place of the previous conversion's."""
@@ -138,7 +141,8 @@ def manifest(head: dict, files: list[Path], records: dict[Path, dict], options: 
 
 def write_manifest(folder: Path, record: dict) -> None:
     """`manifest.json` into the staging `folder` (a conversion's last file)."""
-    (folder / MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
+    with writing(folder / MANIFEST):
+        (folder / MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
 
 
 def limits_record(limits: Limits) -> dict[str, float]:

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from cfmtrain import children
+from cfmtrain.diskfull import writing
 from cfmtrain.malloc_env import MALLOC_ENV
 
 
@@ -18,10 +19,11 @@ def run_series(spec: dict, labels: list[dict], timeout_s: float = 3600) -> list[
     """Rows for the batches of `spec` (one per entry of `labels`, merged into each row)."""
     if len(labels) != len(spec["batches"]):
         raise ValueError("run_series: one label per batch")
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f)
+    f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
     env = {**os.environ, **MALLOC_ENV}
     try:
+        with writing(f.name), f:  # a full temporary folder names the file
+            json.dump(spec, f)
         proc = children.run([sys.executable, "-m", "cfmtrain.sweep.measure", f.name],
                             capture_output=True, text=True, env=env, timeout=timeout_s)
     finally:
