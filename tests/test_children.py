@@ -190,7 +190,7 @@ def test_torchruns_ranks_die_with_the_launcher(tmp_path):
     each)."""
     (tmp_path / "holdrank.py").write_text(RANK)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    proc = subprocess.Popen([sys.executable, "-m", "cfmtrain.dist.launch", "--ranks", "2",
+    proc = subprocess.Popen([sys.executable, "-m", "cfmtrain.ranks.launch", "--ranks", "2",
                              "--threads", "1", "--module", "holdrank", "--",
                              str(tmp_path / "ready")], cwd=ROOT,
                             env={**env, "PYTHONPATH": with_path(tmp_path)})

@@ -16,7 +16,7 @@ from helpers import TINY
 from torch.overrides import TorchFunctionMode
 
 from cfmtrain.batches.prefetch import THREAD, BatchLoader, pins
-from cfmtrain.dist.distenv import DistEnv
+from cfmtrain.ranks.distenv import DistEnv
 from cfmtrain.train import loop
 from cfmtrain.train.build import build_run
 from cfmtrain.train.config import load_config

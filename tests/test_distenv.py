@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cfmtrain.dist.distenv import (
+from cfmtrain.ranks.distenv import (
     PORT_BASE,
     PORT_SPAN,
     DistEnv,
@@ -131,7 +131,7 @@ def test_torchrun_variables_take_precedence_over_slurm():
 
 def test_direct_launch_records_where_it_ran():
     """The launcher's one-rank mode sets RANK & co. itself: recorded as slurm or single."""
-    from cfmtrain.dist.launch import plan
+    from cfmtrain.ranks.launch import plan
 
     for outer, source in (({}, "single"), ({"SLURM_JOB_ID": "7"}, "slurm")):
         mode, _, environ = plan(1, 1, "cfmtrain", [], outer)

@@ -14,11 +14,11 @@ from e3nn import o3
 from mace.modules.symmetric_contraction import SymmetricContraction
 from torch_ema import ExponentialMovingAverage
 
-from cfmtrain.dist.distenv import DistEnv
 from cfmtrain.graphs.build import atoms_to_graph
 from cfmtrain.graphs.store import GraphStore, write_shard
 from cfmtrain.kernels.conv import FusedChannelwiseConv
 from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
+from cfmtrain.ranks.distenv import DistEnv
 from cfmtrain.sources.mini import make_frame
 from cfmtrain.train.build import build_run
 from cfmtrain.train.config import load_config

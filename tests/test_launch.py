@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cfmtrain.dist.launch import launch_mode, plan
 from cfmtrain.malloc_env import MALLOC_ENV
+from cfmtrain.ranks.launch import launch_mode, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = ["train", "--config", "run.yaml"]
@@ -85,7 +85,7 @@ def launch(*args: str, **kwargs) -> subprocess.Popen:
 
 
 def test_exit_code_and_missing_command():
-    proc = launch("--ranks", "1", "--module", "cfmtrain.dist.distenv", "--", "--no-such-option")
+    proc = launch("--ranks", "1", "--module", "cfmtrain.ranks.distenv", "--", "--no-such-option")
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "--no-such-option" in out  # the rank's own exit code
     proc = launch("--ranks", "2")
@@ -95,7 +95,7 @@ def test_exit_code_and_missing_command():
 
 def two_ranks_holding(folder: Path) -> subprocess.Popen:
     """2 local ranks of the distenv smoke check, both in their hold (signal handlers set)."""
-    proc = launch("--ranks", "2", "--threads", "1", "--module", "cfmtrain.dist.distenv", "--",
+    proc = launch("--ranks", "2", "--threads", "1", "--module", "cfmtrain.ranks.distenv", "--",
                   "--output", str(folder), "--hold", "120")
     deadline = time.monotonic() + 240
     while len(list(folder.glob("rank*.json"))) < 2:

@@ -222,7 +222,7 @@ def test_ranks_through_srun_and_sigterm(slurm_env, runs, tmp_path):
              lambda: log.read_text()[-3000:])
     out, pidfile, job_log = tmp_path / "ranks", tmp_path / "launcher.pid", tmp_path / "job.log"
     wrap = (f"echo $$ > {pidfile}; exec {sys.executable} -m cfmtrain launch --ranks 2 "
-            f"--threads 1 --module cfmtrain.dist.distenv -- --output {out} --hold 300")
+            f"--threads 1 --module cfmtrain.ranks.distenv -- --output {out} --hold 300")
     job_id = subprocess.run(["sbatch", "--parsable", "-n2", "-c1", "-t", "10", "-o", str(job_log),
                              "-D", str(ROOT), "--wrap", wrap], env=slurm_env, timeout=30,
                             capture_output=True, text=True, check=True).stdout.split(";")[0].strip()

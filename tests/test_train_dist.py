@@ -31,7 +31,7 @@ def gradient_worker(store: Path, split: Path, out: Path) -> None:
     from helpers import TINY
     from mace.tools.torch_geometric.dataloader import Collater
 
-    from cfmtrain.dist import distenv
+    from cfmtrain.ranks import distenv
     from cfmtrain.train.build import build_run
     from cfmtrain.train.config import load_config
     from cfmtrain.train.loop import allreduce_gradients, forward_backward

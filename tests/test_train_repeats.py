@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 from helpers import COMMON
 
-from cfmtrain.dist import contention
-from cfmtrain.dist.launch import completed_run
 from cfmtrain.measure import repeats
+from cfmtrain.ranks import contention
+from cfmtrain.ranks.launch import completed_run
 from cfmtrain.train import cli as train_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -345,7 +345,7 @@ def test_the_training_stops_between_repeats_on_sigterm(tmp_path, monkeypatch, st
                                                        trained):
     """`train --repeats 3`: a SIGTERM during a repeat that still completes ends the training
     before the next repeat (ranks agree on it); during the last one, all three are done."""
-    from cfmtrain.dist import distenv
+    from cfmtrain.ranks import distenv
 
     calls = []
 

@@ -7,7 +7,7 @@ import torch
 from helpers import TINY
 
 from cfmtrain.balance import DistributedBinPackSampler
-from cfmtrain.dist.distenv import DistEnv
+from cfmtrain.ranks.distenv import DistEnv
 from cfmtrain.train import warmup
 from cfmtrain.train.build import build_run
 from cfmtrain.train.config import load_config

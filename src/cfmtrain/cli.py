@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "balance": ("cfmtrain.balance.report", "packing-quality table of every strategy", False),
     "bench": ("cfmtrain.bench.cli", "benchmarks: graphs, balance, kernels, isa, md, loader, "
               "accuracy, host, compare, scale, gpu", True),
-    "launch": ("cfmtrain.dist.launch", "run R ranks: srun under Slurm, else torchrun", False),
+    "launch": ("cfmtrain.ranks.launch", "run R ranks: srun under Slurm, else torchrun", False),
     "train": ("cfmtrain.train.cli", "data-parallel MACE training (one run)", True),
     "cell": ("cfmtrain.measure.repeats", "one ablation cell: repeated training runs, their "
              "median and spread", False),

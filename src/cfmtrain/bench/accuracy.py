@@ -40,11 +40,11 @@ import pandas as pd
 from cfmtrain.bench.accuracy_runs import MACE, Bench, CurvePoint, run_cfmtrain, train_paired
 from cfmtrain.bench.accuracy_settings import AccuracySettings, Preset
 from cfmtrain.bench.table import report
-from cfmtrain.dist.distenv import available_cpus
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.measure.paired import Ratio, Rounds
 from cfmtrain.paper import BASELINE, BOTH
 from cfmtrain.plots.accuracy import draw_accuracy
+from cfmtrain.ranks.distenv import available_cpus
 from cfmtrain.settings import add_settings, from_args
 from cfmtrain.train.build import load_parts, training_stats
 from cfmtrain.train.config import load_config, to_dict

@@ -22,11 +22,11 @@ import yaml
 
 from cfmtrain import children
 from cfmtrain.bench.table import report
-from cfmtrain.dist.distenv import DistEnv, available_cpus
 from cfmtrain.frames.labels import ENERGY_KEY, FORCES_KEY, STRESS_KEY
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.malloc_env import MALLOC_ENV
 from cfmtrain.measure.paired import run_rounds
+from cfmtrain.ranks.distenv import DistEnv, available_cpus
 from cfmtrain.tables import read_table
 from cfmtrain.train.build import build_run, load_parts, param_groups
 from cfmtrain.train.config import TrainConfig, load_config, to_dict

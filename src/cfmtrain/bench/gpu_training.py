@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cfmtrain.dist.distenv import DistEnv
 from cfmtrain.graphs.build import atoms_to_graph
 from cfmtrain.graphs.split import split_indices
 from cfmtrain.graphs.store import GraphStore, write_shard
 from cfmtrain.measure import rounds as group
 from cfmtrain.paper import ABLATION, BASELINE, CUTOFF
+from cfmtrain.ranks.distenv import DistEnv
 from cfmtrain.sources.mini import iter_mini_frames
 from cfmtrain.train.loop import StopFlag
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from cfmtrain.bench.table import report
-from cfmtrain.dist.contention import (
+from cfmtrain.ranks.contention import (
     PROBE_CALLS,
     PROBE_GATHERS,
     PROBE_ROWS,

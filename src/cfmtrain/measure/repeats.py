@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from cfmtrain.atomic import atomic_path
-from cfmtrain.dist import contention
-from cfmtrain.dist.launch import run_child, summary_written
+from cfmtrain.ranks import contention
+from cfmtrain.ranks.launch import run_child, summary_written
 from cfmtrain.train.runs import RunSummary, epoch_times
 
 # A repeat's outputs that the cell's folder keeps at its top level (readers of a cell use them).

@@ -29,7 +29,6 @@ import signal
 import sys
 from pathlib import Path
 
-from cfmtrain.dist import distenv
 from cfmtrain.measure.group_tables import (
     REFERENCE,
     PairedRecord,
@@ -39,6 +38,7 @@ from cfmtrain.measure.group_tables import (
 )
 from cfmtrain.measure.paired import Rounds, run_interleaved
 from cfmtrain.paper import ABLATION, VARIANTS
+from cfmtrain.ranks import distenv
 from cfmtrain.tables import write_table
 from cfmtrain.train import cli as train_cli
 from cfmtrain.train.build import build_run

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from cfmtrain.dist.contention import Thresholds, compute_wall_cpu
+from cfmtrain.ranks.contention import Thresholds, compute_wall_cpu
 from cfmtrain.simulate.allreduce import Network
 from cfmtrain.simulate.costmodel import CostModel
 from cfmtrain.train.runs import Run

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from cfmtrain.batches.data import GraphDataset
-from cfmtrain.dist.distenv import DistEnv
+from cfmtrain.ranks.distenv import DistEnv
 from cfmtrain.train.build import DTYPES, build_run
 from cfmtrain.train.config import load_config
 from cfmtrain.train.loop import train_step

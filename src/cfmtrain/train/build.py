@@ -18,12 +18,12 @@ from cfmtrain.balance.pack import packing_backend
 from cfmtrain.batches.assembly import assembly_backend
 from cfmtrain.batches.data import GraphDataset, make_loader, nested_subset
 from cfmtrain.batches.prefetch import BatchLoader
-from cfmtrain.dist.collectives import all_reduce_sum
-from cfmtrain.dist.distenv import LAUNCHED_AT, DistEnv
 from cfmtrain.graphs.provenance import split_digest
 from cfmtrain.graphs.split import check_split_for, read_split
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.kernels import fuse_model, kernel_backend
+from cfmtrain.ranks.collectives import all_reduce_sum
+from cfmtrain.ranks.distenv import LAUNCHED_AT, DistEnv
 from cfmtrain.train import model as model_mod
 from cfmtrain.train.capacity import Capacity
 from cfmtrain.train.config import TrainConfig

@@ -19,8 +19,8 @@ from pathlib import Path
 import mace  # noqa: F401  (before e3nn: see SPEC)
 import torch
 
-from cfmtrain.dist import distenv
 from cfmtrain.paper import VARIANTS
+from cfmtrain.ranks import distenv
 from cfmtrain.train.build import build_run, data_identity, open_store
 from cfmtrain.train.checkpoint import load_checkpoint, load_latest
 from cfmtrain.train.config import ConfigError, load_config, run_settings, to_dict

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from cfmtrain.dist.collectives import all_reduce_sum
+from cfmtrain.ranks.collectives import all_reduce_sum
 from cfmtrain.train.device import device_clock, to_device
 from cfmtrain.train.loss import distributed_loss
 from cfmtrain.train.metrics import ErrorSums, StepTimes

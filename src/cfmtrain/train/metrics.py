@@ -10,7 +10,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from cfmtrain.dist.collectives import all_reduce_sum
+from cfmtrain.ranks.collectives import all_reduce_sum
 from cfmtrain.train.config import OptimConfig
 from cfmtrain.train.loss import combine
 

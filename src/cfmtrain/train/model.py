@@ -18,8 +18,8 @@ from e3nn import o3
 from mace import modules
 from mace.tools import AtomicNumberTable
 
-from cfmtrain.dist.collectives import all_reduce_sum
 from cfmtrain.graphs.store import GraphStore
+from cfmtrain.ranks.collectives import all_reduce_sum
 from cfmtrain.train.config import ModelConfig
 from cfmtrain.train.model_check import check_model_config  # noqa: F401  (imported from here)
 

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from cfmtrain.atomic import atomic_path
-from cfmtrain.dist import contention
+from cfmtrain.ranks import contention
 from cfmtrain.train import checkpoint as ckpt
 from cfmtrain.train import resume, summary
 from cfmtrain.train.build import Run

@@ -17,7 +17,7 @@ class StepRecord(Record):
     wait_s: the straggler wait (end of local backward until every rank is there); allreduce_s:
     the gradient all-reduce itself; both NaN outside measurement mode. loss: this rank's share
     of the step's loss (its loss over the world size). cpu_s, compute_cpu_s: the training
-    thread's CPU time over the whole step and over its compute (dist.contention).
+    thread's CPU time over the whole step and over its compute (ranks.contention).
     """
 
     epoch: int

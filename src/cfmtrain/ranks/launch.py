@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from cfmtrain import children
-from cfmtrain.dist.distenv import LAUNCHED_AT, TORCHRUN_KEYS, available_cpus
 from cfmtrain.malloc_env import MALLOC_ENV
+from cfmtrain.ranks.distenv import LAUNCHED_AT, TORCHRUN_KEYS, available_cpus
 
 # Slurm variables that identify the job (kept for a new step); every other SLURM_* describes the
 # current step or batch script and would override the new step's geometry, so it is dropped.
@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m cfmtrain.dist.launch ...`, the same as `cfmtrain launch ...`."""
+    """`python -m cfmtrain.ranks.launch ...`, the same as `cfmtrain launch ...`."""
     parser = argparse.ArgumentParser(prog="cfmtrain launch", description=__doc__.splitlines()[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))

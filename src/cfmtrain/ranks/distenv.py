@@ -1,7 +1,7 @@
 """Where this process sits in a distributed run: rank, world size, rendezvous and CPU threads,
 read from torchrun's or a Slurm step's environment, and the torch.distributed set-up that uses it.
 
-`python -m cfmtrain.dist.distenv --output DIR` is a smoke check: every rank all-reduces its rank
+`python -m cfmtrain.ranks.distenv --output DIR` is a smoke check: every rank all-reduces its rank
 and writes `DIR/rank<r>.json`, so a launcher (torchrun, srun) can be verified end to end.
 """
 
@@ -273,8 +273,8 @@ def _check(output: Path, hold_s: float, timeout_s: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m cfmtrain.dist.distenv --output DIR [--hold S]`."""
-    parser = argparse.ArgumentParser(prog="python -m cfmtrain.dist.distenv",
+    """`python -m cfmtrain.ranks.distenv --output DIR [--hold S]`."""
+    parser = argparse.ArgumentParser(prog="python -m cfmtrain.ranks.distenv",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, required=True, help="folder for rank<r>.json")
     parser.add_argument("--hold", type=float, default=0.0,
