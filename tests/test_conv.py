@@ -25,6 +25,7 @@ from cfmtrain.kernels.conv import (
 )
 from cfmtrain.kernels.linear import HAND_OVER_BLOCKS
 from cfmtrain.kernels.radial import FoldedRadialMLP
+from cfmtrain.kernels.shapes import CONV_SHAPES
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def first_and_second_derivatives(f, inputs, seed=1):
     return [out, *grads, *second]
 
 
-SHAPES = [("8x0e", 3), ("4x0e+4x1o", 3), ("3x0e+3x1o+3x2e", 2), ("2x0e+2x1o+2x1e+2x2e", 3)]
+SHAPES = CONV_SHAPES
 
 
 @pytest.mark.parametrize("hidden,lmax", SHAPES)

@@ -20,9 +20,7 @@ from helpers import (  # noqa: F401  (small_and_serial: autouse, one thread, no 
     small_model,
 )
 from mace.modules.symmetric_contraction import SymmetricContraction
-from test_conv import SHAPES as CONV_SHAPES
 from test_conv import first_and_second_derivatives, mace_conv, random_inputs
-from test_symmetric_contraction import SHAPES as SC_SHAPES
 from test_symmetric_contraction import make_inputs, make_sc, randomize_weights
 
 from cfmtrain.bench.kernels_worker import paper_model, supercell
@@ -31,6 +29,7 @@ from cfmtrain.kernels import backend as backend_module
 from cfmtrain.kernels import fuse as fuse_module
 from cfmtrain.kernels import fuse_model, kernel_backend, unfuse_model
 from cfmtrain.kernels.cueq import ChannelwiseConvCueq, SymmetricContractionCueq
+from cfmtrain.kernels.shapes import CONV_SHAPES, SC_SHAPES
 
 
 @pytest.fixture

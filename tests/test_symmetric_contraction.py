@@ -9,21 +9,11 @@ import torch
 from e3nn import o3
 from mace.modules.symmetric_contraction import SymmetricContraction
 
+from cfmtrain.kernels.shapes import SC_SHAPES
 from cfmtrain.kernels.sparse_polynomial import Descriptor, evaluate, merged_terms
 from cfmtrain.kernels.symmetric_contraction import SymmetricContractionFused
 
-# (lmax of the input, correlation, output irreps, elements, channels, use_reduced_cg)
-# Channel counts cover the kernel's paths: vector blocks (8/4/1 vectors), and a scalar tail.
-SHAPES = [
-    (1, 1, "0e", 1, 3, False),
-    (1, 2, "0e+1o", 3, 4, True),
-    (2, 3, "0e+1o+2e", 10, 16, False),
-    (2, 3, "0e+1o+2e", 10, 5, True),
-    (3, 3, "0e+1o", 2, 8, False),
-    (3, 3, "0e+1o", 2, 9, True),
-    (3, 2, "0e", 4, 70, True),
-    (3, 1, "0e+1o", 1, 2, False),
-]
+SHAPES = SC_SHAPES
 
 
 def _irreps(channels: int, irreps: list[str]) -> o3.Irreps:

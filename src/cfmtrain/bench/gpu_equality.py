@@ -1,8 +1,8 @@
 """The equality checks of `cfmtrain bench gpu`: both paper kernels through cuEquivariance against
 mace-torch's e3nn code on one device, in float64.
 
-The channelwise conv (with its gather and scatter) on the conv shapes of tests/test_conv.py, to
-second derivatives; the symmetric contraction on the shapes of tests/test_symmetric_contraction.py,
+The channelwise conv (with its gather and scatter) on the kernel tests' conv shapes
+(kernels.shapes), to second derivatives; the symmetric contraction on their contraction shapes,
 its value and gradients; whole models: energies, forces, stress and every parameter gradient of a
 loss of all three. Tolerances are the tests' (tests/test_cueq.py). The checks run with float64
 as torch's default dtype, as the tests do: cuEquivariance's PyTorch fallback makes some of its
@@ -19,21 +19,8 @@ import torch
 from e3nn import o3
 
 from cfmtrain.bench.kernels_worker import make_batch, paper_model, supercell
+from cfmtrain.kernels.shapes import CONV_SHAPES, SC_SHAPES
 
-# (node irreps, lmax of the edge harmonics): tests/test_conv.py's SHAPES (a test keeps them equal)
-CONV_SHAPES = [("8x0e", 3), ("4x0e+4x1o", 3), ("3x0e+3x1o+3x2e", 2), ("2x0e+2x1o+2x1e+2x2e", 3)]
-# (lmax, correlation, output irreps, elements, channels, reduced CG basis):
-# tests/test_symmetric_contraction.py's SHAPES
-SC_SHAPES = [
-    (1, 1, "0e", 1, 3, False),
-    (1, 2, "0e+1o", 3, 4, True),
-    (2, 3, "0e+1o+2e", 10, 16, False),
-    (2, 3, "0e+1o+2e", 10, 5, True),
-    (3, 3, "0e+1o", 2, 8, False),
-    (3, 3, "0e+1o", 2, 9, True),
-    (3, 2, "0e", 4, 70, True),
-    (3, 1, "0e+1o", 1, 2, False),
-]
 # cuEquivariance's PyTorch fallback builds a correlation-3 contraction in 20-40 s (its FX
 # graph), its CUDA kernel in a moment: off the GPU only the others are checked
 FALLBACK_MAX_CORRELATION = 2
