@@ -37,7 +37,7 @@ EPS32 = float(np.finfo(np.float32).eps)
 FRAMES = [("water_clusters", 31), ("mptrj", 0), ("tmd", 13), ("mptrj", 15), ("mptrj", 27),
           ("mptrj", 3)]
 BATCHES = [[0, 1], [2], [3], [4, 5]]  # positions in FRAMES (10-16 atoms), cycled in this order
-# the paper's model (SPEC) with 8 instead of 128 channels: lmax 3, correlation 3, 2 layers,
+# the paper's model with 8 instead of 128 channels: lmax 3, correlation 3, 2 layers,
 # radial MLP [64, 64, 64]; and the product's optimiser defaults (Adam amsgrad, lr 0.005, weight
 # decay, clipping, EMA, energy weight 1, forces weight 100)
 MODEL = ["model.hidden_irreps=8x0e+8x1o", "model.max_ell=3", "model.correlation=3",

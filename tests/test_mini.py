@@ -168,7 +168,7 @@ def test_liquid_water_density_and_neighbours(frames):
 
 
 # Mean neighbours per atom at the 4.5 Å cutoff that each subset's real chemistry has (paper
-# section 5.1.1 / Table 3 systems; SPEC: "same densities"). For bulk, a number density n gives
+# section 5.1.1 / Table 3 systems: the same densities). For bulk, a number density n gives
 # about n * 4/3 pi 4.5^3 = n * 381.7 neighbours; shells, surfaces and vacuum shift it.
 NEIGHBOURS_45 = {
     # liquid water, 1 g/cm^3: n = 0.100 /Å^3 -> 38

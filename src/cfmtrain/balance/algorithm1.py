@@ -1,4 +1,4 @@
-"""The paper's Algorithm 1 in plain Python, line by line as SPEC's pseudocode reads.
+"""The paper's Algorithm 1 in plain Python, line by line as our reading of its pseudocode goes.
 
 The reference the compiled `cfmtrain._balance.algorithm1_*` is tested against; slow (it re-sorts the
 active bins every iteration), so only for tests and small inputs.

@@ -1,4 +1,4 @@
-"""Sweep worker, run as `python -m cfmtrain.sweep.measure SPEC.json` in a fresh process: builds
+"""Sweep worker, run as `python -m cfmtrain.sweep.measure spec.json` in a fresh process: builds
 the training run's model once, then times training steps on each batch of the spec, printing one
 JSON line per batch. A batch that exceeds the memory budget is reported as out of memory and the
 rest of its group is skipped (larger batches would fail too)."""

@@ -16,7 +16,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-import mace  # noqa: F401  (before e3nn: see SPEC)
+import mace  # noqa: F401  (before e3nn: mace sets up torch.load for e3nn's constants)
 import torch
 
 from cfmtrain.paper import VARIANTS
