@@ -32,7 +32,14 @@ from cfmtrain import children
 from cfmtrain.config_sections import with_defaults
 from cfmtrain.paper import BASELINE, BOTH, PAPER_GRAPHS, PAPER_RANKS, SPEEDUP
 from cfmtrain.readers.read import formats
-from cfmtrain.train.config import RANGES, BatchConfig, ModelConfig, OptimConfig, TrainConfig
+from cfmtrain.train.config import (
+    RANGES,
+    BatchConfig,
+    ModelConfig,
+    OptimConfig,
+    StageTwoConfig,
+    TrainConfig,
+)
 
 REFERENCE = Path("docs/results")
 MANIFEST = REFERENCE / "manifest.csv"
@@ -395,7 +402,7 @@ def config_reference(root: Path) -> str:
                 "`config/config.yaml`). Unknown keys are errors.\n\n"
                 + markdown_table(["key", "type", "default", "description"],
                                  list(schema_rows(schema)))]
-    for cls in (TrainConfig, ModelConfig, BatchConfig, OptimConfig):
+    for cls in (TrainConfig, ModelConfig, BatchConfig, OptimConfig, StageTwoConfig):
         section = SECTIONS.get(cls)
         rows = [row for row in settings_rows() if row[0].startswith(f"`{section}.")
                 or (section is None and "." not in row[0])]

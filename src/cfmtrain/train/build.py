@@ -24,11 +24,13 @@ from cfmtrain.graphs.store import GraphStore
 from cfmtrain.kernels import fuse_model, kernel_backend
 from cfmtrain.ranks.collectives import all_reduce_sum
 from cfmtrain.ranks.distenv import LAUNCHED_AT, DistEnv
+from cfmtrain.train import fine_tune
 from cfmtrain.train import model as model_mod
 from cfmtrain.train.capacity import Capacity
-from cfmtrain.train.config import TrainConfig
+from cfmtrain.train.config import OptimConfig, TrainConfig
 from cfmtrain.train.metrics import ErrorSums
 from cfmtrain.train.sampling import make_train_sampler
+from cfmtrain.train.selection import Selection
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -66,6 +68,14 @@ class Run:
     code_versions: list[dict] = dataclasses.field(default_factory=list)
     # how the host assembles batches and packs them: compiled, or (no extension, a GPU) Python
     host_backend: dict = dataclasses.field(default_factory=dict)
+    # the loss weights of the epoch training now (None: cfg.optim's; stage two's: selection)
+    loss_weights: OptimConfig | None = None
+    # the best model, early stopping and stage two (train.selection; saved in checkpoints)
+    selection: Selection = dataclasses.field(default_factory=Selection)
+    # the replay set's validation graphs (None without replay) and its errors before training
+    replay_set: GraphDataset | None = None
+    replay_before: dict | None = None
+    replay_source: str = ""
 
     def make_loader(self, dataset: GraphDataset, batch_sampler) -> BatchLoader:
         """Batches assembled from the store's arrays, prefetched per the configured workers
@@ -98,11 +108,14 @@ def load_parts(store: GraphStore, split_path: Path, cfg: TrainConfig,
 
 
 def make_model(cfg: TrainConfig, store: GraphStore, parts: dict, env: DistEnv,
-               stats: dict | None) -> tuple[torch.nn.Module, model_mod.DataStats]:
-    """A new ScaleShiftMACE from (saved or computed) statistics, or the user's model."""
+               stats: dict | None, sources: dict[str, np.ndarray] | None = None,
+               own: int | None = None) -> tuple[torch.nn.Module, model_mod.DataStats]:
+    """A new ScaleShiftMACE from (saved or computed) statistics, or the user's model to
+    fine-tune, checked against the data (`sources`: what -> store indices; default: every
+    part) and given its E0s (train.fine_tune; `own`: the store's graphs below it are the
+    data's, the others replay graphs)."""
     if cfg.model.init_model:
-        model = model_mod.load_user_model(cfg.model.init_model, store.cutoff)
-        return model, model_mod.stats_of(model)
+        return fine_tune_model(cfg, store, parts, env, sources, own)
     r_max = cfg.model.r_max or store.cutoff
     if r_max > store.cutoff + 1e-9:
         raise ValueError(f"config model.r_max {r_max} exceeds the store's cutoff "
@@ -114,12 +127,48 @@ def make_model(cfg: TrainConfig, store: GraphStore, parts: dict, env: DistEnv,
     return model_mod.build_model(cfg.model, data_stats, r_max, cfg.seed), data_stats
 
 
+def fine_tune_model(cfg: TrainConfig, store: GraphStore, parts: dict, env: DistEnv,
+                    sources: dict[str, np.ndarray] | None = None, own: int | None = None
+                    ) -> tuple[torch.nn.Module, model_mod.DataStats]:
+    """config model.init_model loaded, its heads, cutoff and elements checked against the
+    data (every part of `sources`: what -> store indices) and its E0s per model.init_e0s,
+    estimated or fitted on the data's own training graphs (store indices below `own`)."""
+    path = cfg.model.init_model
+    model = model_mod.load_user_model(path, store.cutoff)
+    fine_tune.check_heads(path, model)
+    fine_tune.check_cutoff(path, model, store.cutoff)
+    sources = sources or {f"{store.path}": np.concatenate(list(parts.values()))}
+    found = {where: _union_over_ranks(model_mod.store_elements(
+        store, np.asarray(idx)[env.rank::env.world_size]), env.world_size)
+        for where, idx in sources.items()}
+    fine_tune.check_elements(path, model, found)
+    zs = sorted(set().union(*(set(z.tolist()) for z in found.values())))
+
+    train = parts["train"] if own is None else parts["train"][parts["train"] < own]
+
+    def fitted() -> dict[int, float]:
+        stats = training_stats(dataclasses.replace(cfg, model=dataclasses.replace(
+            cfg.model, e0s="fit" if cfg.model.e0s == "fit" else "average")), store,
+            {**parts, "train": train}, env)
+        return dict(zip(stats.zs, stats.e0s, strict=True))
+
+    def estimated() -> dict[int, float]:
+        model.to(DTYPES[cfg.model.dtype])
+        with torch.no_grad():
+            return fine_tune.estimate_e0s(model, store, train, env.rank, env.world_size,
+                                          cfg.batch.valid_graphs_per_batch)
+
+    method = fine_tune.fine_tune_e0s(path, model, cfg.model, zs, fitted, estimated)
+    return model, dataclasses.replace(model_mod.stats_of(model), e0s_method=method)
+
+
 def training_stats(cfg: TrainConfig, store: GraphStore, parts: dict,
                    env: DistEnv | None = None) -> model_mod.DataStats:
     """The training graphs' statistics (E0s, mean, scale, neighbours) for config `cfg`, with
-    the elements of the validation and test graphs; each rank of `env` reads a share."""
+    the elements of every other part (validation, test, a replay set's validation); each rank
+    of `env` reads a share."""
     env = env or DistEnv()
-    others = np.concatenate([parts["valid"], parts["test"]])
+    others = np.concatenate([idx for name, idx in parts.items() if name != "train"])
     extra = model_mod.store_elements(store, others[env.rank::env.world_size])
     extra = _union_over_ranks(extra, env.world_size)
     fixed = model_mod.fixed_e0s(cfg.model.e0s_fixed) if cfg.model.e0s_fixed else None
@@ -156,9 +205,64 @@ def make_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer):
     return torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=gamma)
 
 
-def data_identity(store: GraphStore, split_path: Path) -> dict[str, str]:
-    """What a run trains on, for checkpoints: the store's fingerprint and the split's."""
-    return {"store": store.fingerprint, "split": split_digest(read_split(split_path)[0])}
+def data_identity(store: GraphStore, split_path: Path, replay_split: Path | None = None
+                  ) -> dict[str, str]:
+    """What a run trains on, for checkpoints: the store's fingerprint and the split's (with
+    replay graphs: the joint store's, and the replay split's too)."""
+    identity = {"store": store.fingerprint, "split": split_digest(read_split(split_path)[0])}
+    if replay_split is not None:
+        identity["replay_split"] = split_digest(read_split(replay_split)[0])
+    return identity
+
+
+Replay = tuple[list[Path], Path]  # a replay set's graph folders and its split
+
+
+def _folders(graphs: Path | list[Path]) -> list[Path]:
+    return list(graphs) if isinstance(graphs, list | tuple) else [graphs]
+
+
+def open_stores(graphs: Path | list[Path], cutoff: float | None, replay: Replay | None
+                ) -> tuple[GraphStore, GraphStore | None]:
+    """The data's store and the replay set's (None without replay; its split checked against
+    it); their cutoffs must agree."""
+    own = open_store(graphs, cutoff)
+    if replay is None:
+        return own, None
+    folders, split = replay
+    other = open_store(folders if len(folders) > 1 else folders[0], cutoff)
+    if abs(other.cutoff - own.cutoff) > 1e-9:
+        raise ValueError(f"{other.path}: replay graphs built at cutoff {other.cutoff} Å, the "
+                         f"data's ({own.path}) at {own.cutoff} Å; build both at one cutoff")
+    check_split_for(split, read_split(split)[1], other.fingerprint)
+    return own, other
+
+
+def data_of(graphs: Path | list[Path], split: Path, cutoff: float | None = None,
+            replay: Replay | None = None) -> dict[str, str]:
+    """data_identity of the run build_run would build on these graphs, split and replay set."""
+    own, other = open_stores(graphs, cutoff, replay)
+    store = own if other is None else GraphStore([*_folders(graphs), *replay[0]])
+    return data_identity(store, split, replay[1] if replay else None)
+
+
+def add_replay(parts: dict[str, np.ndarray], cfg: TrainConfig, own: int, other: GraphStore,
+               split: Path, main: bool) -> None:
+    """The replay set's training graphs (replay_ratio per training graph, a seeded draw) added
+    to the training part, and its validation graphs (nested eval_fraction) as `replay_valid`;
+    store indices of the joint store, whose first `own` graphs are the data's."""
+    rparts = read_split(split)[0]
+    chosen = fine_tune.replay_draw(rparts["train"], len(parts["train"]), cfg.replay_ratio,
+                                   cfg.seed)
+    valid = (nested_subset(rparts["valid"], other.subsets, cfg.eval_fraction, cfg.seed)
+             if len(rparts["valid"]) else rparts["valid"])
+    if main:
+        print(f"replay: {len(chosen)} training graphs of {other.path} mixed into every epoch "
+              f"beside the {len(parts['train'])} of the data (replay_ratio {cfg.replay_ratio:g}"
+              f"{', all it holds' if len(chosen) == len(rparts['train']) else ''}); its "
+              f"{len(valid)} validation graphs evaluated before and after", file=sys.stderr)
+    parts["train"] = np.concatenate([parts["train"], chosen + own])
+    parts["replay_valid"] = valid + own
 
 
 def open_store(graphs: Path | list[Path], cutoff: float | None = None) -> GraphStore:
@@ -172,20 +276,28 @@ def open_store(graphs: Path | list[Path], cutoff: float | None = None) -> GraphS
 
 def build_run(cfg: TrainConfig, graphs: Path | list[Path], split: Path, out: Path, env: DistEnv,
               device: torch.device, stats: dict | None = None,
-              cutoff: float | None = None) -> Run:
-    """Build every part of a run on this rank (collectives inside: call on every rank)."""
+              cutoff: float | None = None, replay: Replay | None = None) -> Run:
+    """Build every part of a run on this rank (collectives inside: call on every rank);
+    `replay`: a replay set's graphs and split, mixed into the training graphs."""
     dtype = DTYPES[cfg.model.dtype]
     torch.set_default_dtype(dtype)
     t0 = time.perf_counter()
     timeline = {"build_at": time.time()}
     # `cfmtrain launch`'s clock for the process's first run (a later repeat's is its build)
     timeline["launched_at"] = float(os.environ.pop(LAUNCHED_AT, None) or timeline["build_at"])
-    store = open_store(graphs, cutoff)
+    own, other = open_stores(graphs, cutoff, replay)
     timeline["open_s"] = time.perf_counter() - t0
-    parts = load_parts(store, split, cfg, env.rank == 0)
+    parts = load_parts(own, split, cfg, env.rank == 0)
+    sources = {str(own.path): np.concatenate(list(parts.values()))}
+    store = own
+    if other is not None:  # one store, the data's graphs first: their indices are the split's
+        store = GraphStore([*_folders(graphs), *replay[0]])
+        add_replay(parts, cfg, len(own), other, replay[1], env.rank == 0)
+        sources[f"the replay graphs of {other.path}"] = np.concatenate(
+            [parts["train"][parts["train"] >= len(own)], parts["replay_valid"]])
     timeline["split_s"] = time.perf_counter() - t0 - timeline["open_s"]
     t1 = time.perf_counter()
-    model, data_stats = make_model(cfg, store, parts, env, stats)
+    model, data_stats = make_model(cfg, store, parts, env, stats, sources, len(own))
     timeline["statistics_s"] = time.perf_counter() - t1  # and the model's construction
     model = model.to(dtype).to(device)
     backend = "e3nn (mace-torch)"
@@ -215,5 +327,7 @@ def build_run(cfg: TrainConfig, graphs: Path | list[Path], split: Path, out: Pat
                stats=data_stats, model=model, ddp=ddp, params=params, optimizer=optimizer,
                scheduler=make_scheduler(cfg, optimizer), ema=ema, sampler=sampler,
                train_set=sets["train"], valid_set=sets["valid"], test_set=sets["test"],
-               kernel_backend=backend, capacity=capacity, data=data_identity(store, split),
-               timeline=timeline, host_backend=host)
+               kernel_backend=backend, capacity=capacity,
+               data=data_identity(store, split, replay[1] if replay else None),
+               timeline=timeline, host_backend=host, replay_set=sets.get("replay_valid"),
+               replay_source=str(other.path) if other is not None else "")

@@ -23,6 +23,7 @@ from cfmtrain.kernels import unfuse_model
 from cfmtrain.train.config import to_dict
 from cfmtrain.train.diskfull import torch_save, writing
 from cfmtrain.train.resume import check_fits
+from cfmtrain.train.selection import Selection
 
 CHECKPOINT = "checkpoint.pt"
 PREVIOUS = "checkpoint.prev.pt"
@@ -55,6 +56,8 @@ def checkpoint_state(run, epoch: int, batches_done: int, partial: dict) -> dict:
         "torch_rng": torch.get_rng_state(),
         "partial": partial,
         "code_versions": run.code_versions,
+        "selection": run.selection.as_dict(),  # best model, early stopping, stage two
+        "replay_before": run.replay_before,  # the replay set's errors before training
     }
 
 
@@ -159,11 +162,13 @@ def restore(run, state: dict) -> None:
     run.sampler.load_state_dict(state["sampler"])
     torch.set_rng_state(state["torch_rng"])
     run.global_step = state["global_step"]
+    run.selection = Selection.from_dict(state.get("selection"))
+    run.replay_before = state.get("replay_before")
 
 
 def export_model(run, path: Path) -> None:
     """The trained model with its EMA weights, kernels unfused, on the CPU, saved whole with
-    torch.save as mace-torch saves `.model` files (loadable by MACECalculator)."""
+    torch.save as mace-torch saves `.model` files (loadable by MACECalculator), atomically."""
     if run.ema is not None:
         with run.ema.average_parameters():
             model = copy.deepcopy(run.model)

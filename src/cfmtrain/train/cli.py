@@ -21,7 +21,8 @@ import torch
 
 from cfmtrain.paper import VARIANTS
 from cfmtrain.ranks import distenv
-from cfmtrain.train.build import build_run, data_identity, open_store
+from cfmtrain.train import selection
+from cfmtrain.train.build import build_run, data_of
 from cfmtrain.train.checkpoint import load_checkpoint, load_latest
 from cfmtrain.train.config import ConfigError, load_config, run_settings, to_dict
 from cfmtrain.train.diskfull import DiskFullError
@@ -49,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                           "(default: the graph folder's name)")
     parser.add_argument("--cutoff", type=float, help="the cutoff (A) the graphs must have been "
                         "built at (the workflow passes config `cutoff`; default: any)")
+    parser.add_argument("--replay-graphs", type=Path, nargs="+", metavar="FOLDER",
+                        help="a replay set's graph store (e.g. part of a foundation model's "
+                             "training data): replay_ratio of its training graphs per training "
+                             "graph are mixed into every epoch, and its validation graphs "
+                             "evaluated before and after (replay_mae.csv); needs --replay-split")
+    parser.add_argument("--replay-split", type=Path, help="the replay set's split .npz")
     parser.add_argument("--repeats", type=int, metavar="N",
                         help="train the run N times, each afresh (a fresh model, the same "
                              "seed), into OUTPUT/rep1 ... OUTPUT/repN; --resume applies to "
@@ -77,7 +84,7 @@ def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0)
     with this call's on top; with auto, this call's alone (the workflow passes them all)."""
     if args.resume is None:
         return None
-    data = data_identity(open_store(args.graphs, args.cutoff), args.split)
+    data = data_of(graphs_of(args), args.split, args.cutoff, replay_of(args))
     if args.resume != "auto":
         state = load_checkpoint(Path(args.resume))
         if state.get("data") != data:
@@ -95,14 +102,15 @@ def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0)
     # the epochs the resumed run would train to (_settings): the checkpoint's unless given
     epochs = load_config(args.config, overrides, base=run_settings(state["config"])).epochs
     epoch = state["epoch"]
-    finished = epoch == epochs and state["batches_done"] == 0
+    stopped = selection.Selection.from_dict(state.get("selection")).stopped_at is not None
+    finished = (epoch == epochs or stopped) and state["batches_done"] == 0
     why = None
     if state.get("data") != data:
         why = ("its training data changed (the graphs or the split differ from the "
                "checkpoint's: new labels, structures, cutoff or split)")
     elif changed:
         why = f"this run's settings differ from the checkpoint's ({'; '.join(changed)})"
-    elif epoch > epochs or (epoch == epochs and not finished):
+    elif not stopped and (epoch > epochs or (epoch == epochs and not finished)):
         why = f"it is past the run's {epochs} epochs"
     elif finished and (args.output / "summary.json").exists():
         why = "its run is finished"
@@ -115,6 +123,20 @@ def _resume_state(args: argparse.Namespace, overrides: list[str], rank: int = 0)
             print(f"{path}: not resumed, {why}: starting afresh", file=sys.stderr)
         return None
     return state
+
+
+def graphs_of(args: argparse.Namespace) -> Path | list[Path]:
+    """--graphs: one store folder, or a union's folders."""
+    return args.graphs[0] if len(args.graphs) == 1 else list(args.graphs)
+
+
+def replay_of(args: argparse.Namespace) -> tuple[list[Path], Path] | None:
+    """(--replay-graphs, --replay-split), None without replay; one without the other is an
+    error."""
+    graphs, split = getattr(args, "replay_graphs", None), getattr(args, "replay_split", None)
+    if (graphs is None) != (split is None):
+        raise ValueError("--replay-graphs and --replay-split go together: give both, or neither")
+    return (list(graphs), split) if graphs else None
 
 
 def quiet_warnings() -> None:
@@ -204,9 +226,9 @@ def _train_one(args: argparse.Namespace, output: Path, state: dict | None, cfg, 
     output.mkdir(parents=True, exist_ok=True)
     if env.rank == 0:
         write_json(output / "config.json", to_dict(cfg))
-    graphs = args.graphs[0] if len(args.graphs) == 1 else list(args.graphs)
-    run_state = build_run(cfg, graphs, args.split, output, env, device,
-                          stats=state["stats"] if state else stats, cutoff=args.cutoff)
+    run_state = build_run(cfg, graphs_of(args), args.split, output, env, device,
+                          stats=state["stats"] if state else stats, cutoff=args.cutoff,
+                          replay=replay_of(args))
     run_state.dataset = args.dataset or args.graphs[0].resolve().name
     return train(run_state, state, stop, last=last), dataclasses.asdict(run_state.stats)
 

@@ -37,6 +37,12 @@ class ModelConfig:
     use_reduced_cg: bool = False  # the reduced Clebsch-Gordan basis (cuequivariance's)
     r_max: float | None = None  # None: the graph store's cutoff
     init_model: str | None = None  # a mace-torch .model file to fine-tune (a pickle: runs code)
+    # with init_model, the E0s: check (E0s the data gives, model.e0s a mapping or file, must be
+    # the model's within 1 meV, else the run is refused naming both), foundation (keep the
+    # model's: mace-torch's E0s=foundation), estimated (the model's shifted by a least-squares
+    # fit of its energy errors on the training split: mace-torch's E0s=estimated), data (the
+    # model's replaced by model.e0s: given, or fit on the training split's energies)
+    init_e0s: Literal["check", "foundation", "estimated", "data"] = "check"
     dtype: Literal["float32", "float64"] = "float32"  # of the model's parameters and inputs
     # isolated-atom energies: fit (least squares over the training split), average (mace-torch's),
     # {element symbol or Z: eV}, or a JSON file of such a mapping (an own-data set's e0s.json)
@@ -85,6 +91,23 @@ class OptimConfig:
 
 
 @dataclasses.dataclass
+class StageTwoConfig:
+    """mace-torch's Stage Two (`--stage_two`, formerly `--swa`): from `start_epoch` on, the loss
+    weighs the energy more and the learning rate is lower, to converge the energies late in
+    training. The plateau schedule stops there, and the best model (keep_best) and early
+    stopping (patience) start afresh among the stage's epochs, as mace-torch's do."""
+
+    enabled: bool = False  # switch to the stage's weights and lr at start_epoch
+    start_epoch: int | None = None  # 0-based; null: mace-torch's, max(1, epochs // 4 * 3)
+    lr: float = 1e-3  # the learning rate from start_epoch on (mace-torch's --stage_two_lr)
+    energy_weight: float = 1000.0  # of the energy per atom (--stage_two_energy_weight)
+    forces_weight: float = 100.0  # of the forces (--stage_two_forces_weight)
+    # of the stress (--stage_two_stress_weight), where the run trains on it (optim.stress_weight
+    # > 0); 0 otherwise
+    stress_weight: float = 10.0
+
+
+@dataclasses.dataclass
 class TrainConfig:
     """One training run."""
 
@@ -104,9 +127,23 @@ class TrainConfig:
     threads: int = 0  # torch threads per rank; 0 = from the allocation
     timeout_s: float = 600.0  # collective timeout: a dead or hung rank fails the others
     progress: bool = True  # a progress bar per epoch on rank 0
+    # keep the model of the lowest validation loss (EMA weights) as best.model beside
+    # final.model; the test set, test_mae.csv and summary.json are then that model's
+    keep_best: bool = False
+    # early stopping: stop after this many validations without a lower validation loss (0:
+    # never; mace-torch's --patience); with stage_two not yet started, start it instead
+    patience: int = 0
+    # with replay graphs (`cfmtrain train --replay-graphs`): replay graphs mixed into every
+    # epoch per graph of the training split (a fixed, seeded draw from the replay set's training
+    # split; all of them if it holds fewer)
+    replay_ratio: float = 1.0
+    # sample the host's load and a speed probe at the start and end (summary.json's `host`:
+    # the ablation's contention measures)
+    probe_host: bool = True
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     batch: BatchConfig = dataclasses.field(default_factory=BatchConfig)
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    stage_two: StageTwoConfig = dataclasses.field(default_factory=StageTwoConfig)
 
     @property
     def fused(self) -> bool:
@@ -159,6 +196,13 @@ RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
     "optim.energy_weight": (lambda v: v >= 0, ">= 0"),
     "optim.forces_weight": (lambda v: v >= 0, ">= 0"),
     "optim.stress_weight": (lambda v: v >= 0, ">= 0"),
+    "patience": (lambda v: v >= 0, ">= 0"),
+    "replay_ratio": (lambda v: v > 0, "> 0"),
+    "stage_two.start_epoch": (lambda v: v >= 0, ">= 0"),
+    "stage_two.lr": (lambda v: v > 0, "> 0"),
+    "stage_two.energy_weight": (lambda v: v >= 0, ">= 0"),
+    "stage_two.forces_weight": (lambda v: v >= 0, ">= 0"),
+    "stage_two.stress_weight": (lambda v: v >= 0, ">= 0"),
 }
 
 
@@ -193,6 +237,15 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if o.energy_weight == o.forces_weight == o.stress_weight == 0:
         raise ConfigError("config optim.energy_weight, optim.forces_weight, optim.stress_weight: "
                           "all 0, nothing to train on; set one > 0")
+    two = cfg.stage_two
+    if two.enabled and two.energy_weight == two.forces_weight == 0 and (
+            two.stress_weight == 0 or o.stress_weight == 0):
+        raise ConfigError("config stage_two.energy_weight, stage_two.forces_weight, "
+                          "stage_two.stress_weight: nothing to train on in stage two; set one > 0")
+    if two.enabled and two.start_epoch is not None and two.start_epoch >= cfg.epochs:
+        raise ConfigError(f"config stage_two.start_epoch: {two.start_epoch} is not within the "
+                          f"run's epochs ({cfg.epochs}: 0 to {cfg.epochs - 1}); start it earlier, "
+                          "train more epochs, or set stage_two.enabled false")
     return cfg
 
 
@@ -227,7 +280,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (),
 # they are no part of a run's identity: a resumed run takes them from the call that resumes it
 # (its file, --set or the defaults), never from the checkpoint, and they may differ between calls.
 PER_CALL = ("max_steps", "checkpoint_every", "progress", "timeout_s", "threads",
-            "measure_straggler", "warm_up", "batch.num_workers", "batch.pin_memory")
+            "measure_straggler", "warm_up", "probe_host", "batch.num_workers",
+            "batch.pin_memory")
 
 
 def run_settings(saved: dict) -> dict:

@@ -61,20 +61,22 @@ def check_finite(loss: float, batch, step: int) -> None:
 
 
 def forward_backward(model: torch.nn.Module, batch, graphs: float, atoms: float, cfg,
-                     step: int, measure: bool, check: bool = True
+                     step: int, measure: bool, check: bool = True, weights=None
                      ) -> tuple[torch.Tensor, dict]:
     """Forward, loss over the global counts, local backward (DDP's all-reduce deferred in
     measurement mode); returns the detached loss and the predictions. The backward pass goes to
     the trainable parameters only: the positions (and the strain) are leaves of the forces'
     graph, and their second-order gradient, which `loss.backward()` would also compute, feeds
     nothing. `check`: a non-finite loss raises before the backward (a read of the loss, which
-    waits for a CUDA device: the training step checks it after its timing wait instead)."""
+    waits for a CUDA device: the training step checks it after its timing wait instead).
+    `weights`: the optimiser settings whose loss weights apply (default cfg.optim; stage two's:
+    train.selection)."""
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     sync = model.no_sync() if measure and ddp else contextlib.nullcontext()
     with sync:
         pred = model(batch.to_dict(), training=True, compute_force=True,
                      compute_stress=cfg.optim.stress_weight > 0)
-        loss = distributed_loss(batch, pred, graphs, atoms, world_size(), cfg.optim)
+        loss = distributed_loss(batch, pred, graphs, atoms, world_size(), weights or cfg.optim)
         if check:
             check_finite(float(loss), batch, step)
         loss.backward(inputs=[p for p in model.parameters() if p.requires_grad])
@@ -103,7 +105,8 @@ def train_step(run, batch, graphs: float, atoms: float, step: int, times: StepTi
     t0, c0 = time.perf_counter(), time.thread_time()
     batch = to_device(batch, run.device)
     run.optimizer.zero_grad(set_to_none=True)
-    loss, pred = forward_backward(run.ddp, batch, graphs, atoms, cfg, step, measure, check=False)
+    loss, pred = forward_backward(run.ddp, batch, graphs, atoms, cfg, step, measure, check=False,
+                                  weights=run.loss_weights)
     t1 = device_clock(run.device)
     times.compute_s, times.compute_cpu_s = t1 - t0, time.thread_time() - c0
     value = float(loss)  # after the wait: a copy, not a stall
@@ -164,23 +167,25 @@ def epoch_steps(run, epoch: int, skip: int, plan: int | None = None) -> Iterator
 
 
 def evaluate(run, dataset, batch_graphs: int, group_of: np.ndarray | None = None,
-             groups: int = 1) -> ErrorSums:
-    """Errors of the (EMA) model on this rank's share of `dataset`, summed over ranks; with
-    `group_of` (store index -> group id) one row per group."""
+             groups: int = 1, model: torch.nn.Module | None = None) -> ErrorSums:
+    """Errors of the (EMA) model, or of `model` as it is, on this rank's share of `dataset`,
+    summed over ranks; with `group_of` (store index -> group id) one row per group."""
     rank, world = run.env.rank, world_size()
     share = list(range(rank, len(dataset), world))
     batches = [share[i:i + batch_graphs] for i in range(0, len(share), batch_graphs)]
     sums = ErrorSums(groups)
     use_stress = run.cfg.optim.stress_weight > 0
-    ema = run.ema.average_parameters() if run.ema is not None else contextlib.nullcontext()
+    ema = (run.ema.average_parameters() if run.ema is not None and model is None
+           else contextlib.nullcontext())
+    model = run.model if model is None else model
     with ema:
         for batch in run.make_loader(dataset, batches):
             rows = None
             if group_of is not None:  # from the batch on the host, before its transfer
                 rows = torch.as_tensor(group_of[batch.store_id.numpy()], dtype=torch.long)
             batch = to_device(batch, run.device)
-            pred = run.model(batch.to_dict(), training=False, compute_force=True,
-                             compute_stress=use_stress)
+            pred = model(batch.to_dict(), training=False, compute_force=True,
+                         compute_stress=use_stress)
             sums.add(batch, {k: v.detach() for k, v in pred.items() if v is not None},
                      use_stress, rows)
     return sums.reduced()
