@@ -37,6 +37,9 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
              "median and spread", False),
     "rounds": ("cfmtrain.measure.rounds", "an ablation group: its variants trained in paired "
                "rounds, their speed-ups as medians of per-round ratios", True),
+    "evaluate": ("cfmtrain.evaluate.cli", "a trained model's errors (energy, forces, stress; "
+                 "MAE, RMSE) per config_type on a split or a file of frames, its parity plot "
+                 "and learning curves", False),
     "baseline-check": ("cfmtrain.bench.baseline_check", "baseline step time against "
                        "mace-torch's own mace_run_train", True),
     "sweep": ("cfmtrain.sweep.cli", "batch-size and bin-capacity sweeps", True),
