@@ -150,7 +150,9 @@ def fine_tune_model(cfg: TrainConfig, store: GraphStore, parts: dict, env: DistE
         stats = training_stats(dataclasses.replace(cfg, model=dataclasses.replace(
             cfg.model, e0s="fit" if cfg.model.e0s == "fit" else "average")), store,
             {**parts, "train": train}, env)
-        return dict(zip(stats.zs, stats.e0s, strict=True))
+        present = set(_union_over_ranks(model_mod.store_elements(
+            store, train[env.rank::env.world_size]), env.world_size).tolist())
+        return {z: e for z, e in zip(stats.zs, stats.e0s, strict=True) if z in present}
 
     def estimated() -> dict[int, float]:
         model.to(DTYPES[cfg.model.dtype])

@@ -18,7 +18,7 @@ from cfmtrain.batches.data import GraphDataset, make_loader
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.ranks.collectives import all_reduce_sum
 from cfmtrain.train.config import ModelConfig
-from cfmtrain.train.model import e0_values, z_table_of
+from cfmtrain.train.model import e0_values, read_e0s, z_table_of
 
 E0_TOLERANCE_EV = 1e-3  # init_e0s check: the data's E0s and the model's agree within this
 
@@ -137,7 +137,10 @@ def fine_tune_e0s(path: str | Path, model: torch.nn.Module, cfg: ModelConfig, zs
     the training split's energies) when model.e0s is fit or average."""
     if cfg.init_e0s == "foundation":
         return f"foundation ({path})"
-    given = e0_values(cfg.e0s, zs)
+    if cfg.init_e0s == "estimated":
+        given = None
+    else:  # the elements given (a replay set's others keep the model's)
+        given = None if e0_values(cfg.e0s, []) is None else read_e0s(cfg.e0s)
     if cfg.init_e0s == "check":
         if given is None:  # the data gives none: nothing to disagree with
             return f"foundation ({path})"
