@@ -25,6 +25,7 @@ include: "workflow/rules/sweep.smk"
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/accuracy.smk"
+include: "workflow/rules/model.smk"
 
 
 rule all:
@@ -96,3 +97,9 @@ rule scale:
 rule accuracy:
     input:
         ACCURACY_TARGETS,
+
+
+# a model to publish per data set of config `model.datasets`, evaluated (not in `all`)
+rule model:
+    input:
+        model_targets(),

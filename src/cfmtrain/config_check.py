@@ -168,6 +168,11 @@ def _dataset_references(config: dict) -> Iterator[tuple[str, str, bool]]:
         yield "sweep.dataset", config["sweep"]["dataset"], False
     for i, name in enumerate(config.get("accuracy", {}).get("datasets", [])):
         yield f"accuracy.datasets[{i}]", name, False
+    model = config.get("model", {})
+    for i, name in enumerate(model.get("datasets", [])):
+        yield f"model.datasets[{i}]", name, False
+    if model.get("replay") is not None:
+        yield "model.replay", model["replay"], False
 
 
 def _check_references(config: dict, known: dict[str, str]) -> None:
@@ -184,12 +189,12 @@ def _check_references(config: dict, known: dict[str, str]) -> None:
                           f"known: {', '.join(sorted(known))}")
 
 
-def _check_settings_files(cfg, cutoff: float) -> None:
-    """The training settings that a job would refuse against the rest of the config: an r_max
-    beyond the graphs' cutoff, an E0s file that is not there."""
+def _check_settings_files(cfg, cutoff: float, section: str = "train.settings") -> None:
+    """The training settings (of config `section`) that a job would refuse against the rest of
+    the config: an r_max beyond the graphs' cutoff, an E0s file that is not there."""
     r_max = cfg.model.r_max
     if r_max is not None and r_max > cutoff + 1e-9:
-        raise ConfigError(f"config train.settings.model.r_max: {r_max} Å exceeds config cutoff "
+        raise ConfigError(f"config {section}.model.r_max: {r_max} Å exceeds config cutoff "
                           f"({cutoff} Å), the radius the graphs are built at; set r_max <= "
                           f"{cutoff}, or leave it out (the cutoff)")
     e0s, fixed = cfg.model.e0s, cfg.model.e0s_fixed
@@ -200,7 +205,7 @@ def _check_settings_files(cfg, cutoff: float) -> None:
         path = Path(os.path.expanduser(file))
         if not path.is_file():
             what = "is a folder" if path.is_dir() else "no such file"
-            raise ConfigError(f"config train.settings.{key}: {file}: {what} (a JSON mapping of "
+            raise ConfigError(f"config {section}.{key}: {file}: {what} (a JSON mapping of "
                               "element to E0 in eV)")
 
 
@@ -250,6 +255,7 @@ def check_workflow_config(config: dict, library_checks: bool = True,
         _check_dataset(name, cfg, known, split)
     _check_variants(config)
     _check_references(config, known)
+    _check_model_section(config, library_checks, passed)
     settings = config.get("train", {}).get("settings", {})
     for key in PER_CELL:
         if key in settings:
@@ -260,18 +266,121 @@ def check_workflow_config(config: dict, library_checks: bool = True,
     except ConfigError as err:
         raise ConfigError(f"config train.settings: {err}") from None
     _check_settings_files(cfg, config["cutoff"])
-    stamp = None
-    if passed is not None:
-        model = {**dataclasses.asdict(cfg.model), "cutoff": config["cutoff"]}
-        digest = hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()
-        stamp = Path(passed) / f"model-{digest[:24]}"
-    if library_checks and not (stamp and stamp.exists()):
-        from cfmtrain.train.model_check import try_model  # lazy: mace, e3nn (seconds)
+    if library_checks:
+        _try_model(cfg, config["cutoff"], "train.settings", passed)
 
-        try:
-            try_model(cfg.model, cfg.model.r_max or config["cutoff"])
-        except ConfigError as err:
-            raise ConfigError(f"config train.settings: {err}") from None
-        if stamp:
-            stamp.parent.mkdir(parents=True, exist_ok=True)
-            stamp.touch()
+
+def _stamp(passed: Path | None, kind: str, facts: dict) -> Path | None:
+    """The file that records a library check of `facts` passed (under `passed`), or None."""
+    if passed is None:
+        return None
+    digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+    return Path(passed) / f"{kind}-{digest[:24]}"
+
+
+def _try_model(cfg, cutoff: float, section: str, passed: Path | None) -> None:
+    """The model of the training settings `cfg` (config `section`) built and run once on a
+    tiny cell (cfmtrain.train.model_check.try_model), unless it passed before."""
+    stamp = _stamp(passed, "model", {**dataclasses.asdict(cfg.model), "cutoff": cutoff})
+    if stamp and stamp.exists():
+        return
+    from cfmtrain.train.model_check import try_model  # lazy: mace, e3nn (seconds)
+
+    try:
+        try_model(cfg.model, cfg.model.r_max or cutoff)
+    except ConfigError as err:
+        raise ConfigError(f"config {section}: {err}") from None
+    if stamp:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
+
+
+def model_outputs(name: str) -> set[str]:
+    """The files the `model` target writes for data set `name` that a config might name."""
+    return {os.path.normpath(f"results/model/{name}/{f}") for f in ("best.model", "final.model")}
+
+
+def _check_model_section(config: dict, library_checks: bool, passed: Path | None) -> None:
+    """Config `model`: each data set once, replay only with init_model and not one of them,
+    the training settings (the model preset, fine-tuning's, then model.settings) loaded as a
+    job loads them, their files present, the model tried on a tiny cell; init_model a file
+    that no data set of the section trains, and with `library_checks` loaded and checked
+    against the config: one head, r_max within the cutoff, the E0s the data sets give."""
+    from cfmtrain.train.presets import model_settings  # lazy: only where a section is set
+
+    section = config.get("model") or {}
+    names = section.get("datasets", [])
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"config model.datasets: {name!r} is listed {names.count(name)} "
+                              "times; list each data set once")
+    init, replay = section.get("init_model"), section.get("replay")
+    if replay is not None and init is None:
+        raise ConfigError(f"config model.replay: {replay!r} replays part of a fine-tuned "
+                          "model's training data; set model.init_model (the model to fine-tune)"
+                          ", or leave model.replay null")
+    if replay is not None and replay in names:
+        raise ConfigError(f"config model.replay: {replay!r} is also one of model.datasets; "
+                          "replay another data set (one the model was trained on)")
+    try:
+        cfg = load_config(base=model_settings(section.get("settings") or {},
+                                              fine_tune=init is not None))
+    except ConfigError as err:
+        raise ConfigError(f"config model.settings: {err}") from None
+    if cfg.model.init_model is not None:
+        raise ConfigError("config model.settings.model.init_model: give the model to fine-tune "
+                          "as config model.init_model (an input of the training jobs)")
+    _check_settings_files(cfg, config["cutoff"], "model.settings")
+    if init is not None:
+        _check_init_model(config, init, cfg, names, library_checks, passed)
+    elif library_checks and names:
+        _try_model(cfg, config["cutoff"], "model.settings", passed)
+
+
+def _check_init_model(config: dict, init: str, cfg, names: list[str], library_checks: bool,
+                      passed: Path | None) -> None:
+    """config model.init_model: a file no data set of the section trains; with
+    `library_checks` its heads, r_max and the E0s the data sets give (the mappings of
+    datasets.<name>.e0s; files are read by the job) checked as the job will."""
+    path = Path(os.path.expanduser(init))
+    trained = {n for n in names if os.path.normpath(init) in model_outputs(n)}
+    if trained:
+        raise ConfigError(f"config model.init_model: {init} is the model this config trains on "
+                          f"{', '.join(sorted(trained))}; fine-tune it in a second run, with "
+                          "that data set out of model.datasets")
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "no such file"
+        raise ConfigError(f"config model.init_model: {init}: {what} (a mace-torch .model file "
+                          "to fine-tune)")
+    if not library_checks:
+        return
+    given = {n: config["datasets"][n].get("e0s") for n in names}
+    given = {n: e for n, e in given.items() if isinstance(e, dict) and "file" not in e}
+    info = path.stat()
+    stamp = _stamp(passed, "init", {"path": str(path.resolve()), "size": info.st_size,
+                                    "mtime": info.st_mtime_ns, "cutoff": config["cutoff"],
+                                    "e0s": given, "init_e0s": cfg.model.init_e0s})
+    if stamp and stamp.exists():
+        return
+    from cfmtrain.train import fine_tune  # lazy: torch, mace (seconds)
+    from cfmtrain.train.model import load_user_model, read_e0s
+
+    try:
+        model = load_user_model(path, math.inf)
+        fine_tune.check_heads(init, model)
+        fine_tune.check_cutoff(init, model, config["cutoff"])
+    except (ValueError, FileNotFoundError) as err:
+        raise ConfigError(f"config model.init_model: {err}") from None
+    if cfg.model.init_e0s == "check":
+        mine = fine_tune.model_e0s(model)
+        for name, e0s in given.items():
+            differ = fine_tune.e0_differences(mine, read_e0s(e0s), read_e0s(e0s))
+            if differ:
+                raise ConfigError(
+                    f"config model.init_model: {init}: its E0s differ from those config "
+                    f"datasets.{name}.e0s gives ({'; '.join(differ)}); set "
+                    "model.settings.model.init_e0s: foundation to keep the model's (the same "
+                    "DFT settings), or data to take the data's (another reference)")
+    if stamp:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
