@@ -24,11 +24,12 @@ VARIANTS = [("algorithm1", "algorithm1", False, {"refine": False}),
             ("algorithm1+refine", "algorithm1", False, {}),
             ("algorithm1+refine+random", "algorithm1", True, {}),
             *[(name, name, True, {}) for name in STRATEGIES if name != "algorithm1"]]
-ROW_NOTE = ("algorithm1: the paper's Algorithm 1 alone (our reading of its pseudocode). algorithm1+refine: "
-            "ours, Algorithm 1 then two refinements that act only where it misses a goal: "
-            "above lower bound + R bins its leftovers are refilled into the gaps of its "
-            "first round; below a step balance of 0.999 the uneven steps are dealt again by LPT "
-            "within the capacity. +random: ties, step order and ranks drawn from (seed, epoch).")
+ROW_NOTE = ("algorithm1: the paper's Algorithm 1 alone (our reading of its pseudocode). "
+            "algorithm1+refine: ours, Algorithm 1 then two refinements that act only where it "
+            "misses a goal: above lower bound + R bins its leftovers are refilled into the gaps "
+            "of its first round; below a step balance of 0.999 the uneven steps are dealt again "
+            "by LPT within the capacity. +random: ties, step order and ranks drawn from "
+            "(seed, epoch).")
 
 
 def packing_table(sizes: np.ndarray, capacity: float, ranks: list[int], seed: int = 0,
