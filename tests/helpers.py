@@ -317,8 +317,8 @@ def write_group(root: Path, dataset: str, ranks: int, costs: dict[str, tuple], *
                 **run_kwargs) -> Path:
     """A group folder results/train/<dataset>/r<ranks> under root as `cfmtrain rounds` writes
     it: a run per variant of `costs` (write_run's known cost laws, the data set in its
-    summary) and paired.csv, each variant's ratio to the first one the mean of its epochs'
-    ratios times `shift`, with a 3% range; returns the folder."""
+    summary) and paired.csv, each variant's ratio to the first one that of their mean epochs
+    times `shift`, with a 3% range; returns the folder."""
     import shutil
 
     group = root / "results" / "train" / dataset / f"r{ranks}"
@@ -334,8 +334,8 @@ def write_group(root: Path, dataset: str, ranks: int, costs: dict[str, tuple], *
     reference = next(iter(costs))
     rows = []
     for variant in costs:
-        ratio = (1.0 if variant == reference else
-                 float(np.mean(times[reference] / times[variant])) * shift)
+        ratio = (1.0 if variant == reference else  # a group replays one plan: epochs alike
+                 float(np.mean(times[reference]) / np.mean(times[variant])) * shift)
         rows.append(PairedRecord(dataset, ranks, variant, reference,
                                  float(np.median(times[variant])), ratio, ratio * 0.97,
                                  ratio * 1.03, len(times[variant]), 0.06, 0))

@@ -28,6 +28,9 @@ class CostModel:
     data_wait_s: float = 0.0  # mean measured data wait per step, added to every simulated step
     # accelerator assumption: a batch below this many atoms costs as much as this many (0 = off)
     saturation_atoms: float = 0.0
+    scale: float = 1.0  # the training runs' solo compute over the calibration's (sharing.py)
+    shared_slowdown: float = 1.0  # a rank's compute while its node's other ranks compute too
+    ranks_per_node: int = 1  # ranks that share a node, as the measured runs did
     # covariance of (intercept_s, per_atom_s, per_edge_s); zero rows for coefficients at 0
     covariance: list[list[float]] = dataclasses.field(
         default_factory=lambda: np.zeros((3, 3)).tolist())
@@ -54,8 +57,9 @@ class CostModel:
         return np.array([self.intercept_s, self.per_atom_s, self.per_edge_s])
 
     def compute_s(self, atoms: np.ndarray, edges: np.ndarray) -> np.ndarray:
-        """Predicted seconds of a rank's own work (forward, backward, optimiser) per batch."""
-        return self.features(atoms, edges) @ self.coefficients
+        """Predicted seconds of a rank's own work (forward, backward, optimiser) per batch,
+        computing alone on its node."""
+        return self.features(atoms, edges) @ self.coefficients * self.scale
 
     def step_s(self, atoms: np.ndarray, edges: np.ndarray) -> np.ndarray:
         """Predicted seconds of a rank's step: data wait plus compute."""
@@ -67,7 +71,7 @@ class CostModel:
         widened by the relative error seen on measured cells."""
         if self.dof <= 0:
             return 0.0, math.inf  # no residual to estimate the spread from
-        var = float(features @ np.asarray(self.covariance) @ features)
+        var = float(features @ np.asarray(self.covariance) @ features) * self.scale**2
         half = stats.t.ppf(0.5 + BAND_LEVEL / 2, self.dof) * math.sqrt(max(var, 0.0))
         return (max(0.0, seconds - half) * (1 - self.model_error),
                 (seconds + half) * (1 + self.model_error))

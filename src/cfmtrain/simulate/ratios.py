@@ -2,11 +2,11 @@
 `cfmtrain rounds`), each variant's speed-up over the baseline predicted from the group's own
 batches, against the group's paired median and its 10-90% range; and one group held out.
 
-A variant's predicted epoch is its own steps' sum of the slowest rank's (data wait + its
-compute path's calibrated law) plus an all-reduce (validate.predict_run); the data wait is the
-mean of the variant's runs in the groups the prediction may use. In sample: all groups. Held
-out: every group but the one predicted, so that nothing measured in it enters its prediction
-(the laws come from the calibration, never from a group). The simulator's numbers are
+A variant's predicted epoch is its own steps' sum of the data wait and the node's compute (its
+compute path's calibrated law, scaled to the runs and sharing the node: sharing.py) plus an
+all-reduce (validate.predict_run). The data wait, the scale and the node's slowdown come from
+the runs of the groups the prediction may use: in sample, all groups; held out, every group but
+the one predicted, so that nothing measured in it enters its prediction. The simulator's numbers are
 supported when every in-sample ratio lies in its paired range widened by `widen`, and the
 held-out group's ratios are within `max_held_out_error` of its paired medians: absolute epoch
 times of a shared host drift within minutes, ratios measured in paired rounds do not.
@@ -25,7 +25,9 @@ from cfmtrain.measure.group_tables import PairedRecord, read_paired
 from cfmtrain.paper import BASELINE
 from cfmtrain.simulate.allreduce import Network
 from cfmtrain.simulate.costmodel import CostModel
-from cfmtrain.simulate.validate import GradientBytes, data_wait_s, predict_run
+from cfmtrain.simulate.run_steps import data_wait_s
+from cfmtrain.simulate.sharing import fit_sharing
+from cfmtrain.simulate.validate import GradientBytes, predict_run
 from cfmtrain.tables import Record, frame
 from cfmtrain.train.runs import Run, load_run
 
@@ -100,8 +102,11 @@ def ratio_checks(laws: dict[str, CostModel], groups: list[Group],
             runs = [g.runs[variant] for g in others if variant in g.runs]
             if not runs:
                 raise ValueError(f"{group.folder}: variant {variant} measured in no other group")
-            law = laws[path_of(variant)]
-            model = dataclasses.replace(law, variant=variant, data_wait_s=data_wait_s(runs))
+            path = path_of(variant)
+            law = laws[path]
+            same_path = [r for g in others for v, r in g.runs.items() if path_of(v) == path]
+            model = dataclasses.replace(law, variant=variant, data_wait_s=data_wait_s(runs),
+                                        **fit_sharing(law, same_path))
             predicted[variant] = predict_run(run, model, network, gradient_bytes)[
                 "predicted_epoch_s"]
             sources[variant] = " ".join(group_name(r) for r in runs)

@@ -1,6 +1,7 @@
-"""Per-epoch time of a schedule: the sum over steps of the slowest rank's step time plus one
-gradient all-reduce per step (no overlap of communication with backward: an upper bound), with
-the band the cost model's uncertainty gives it.
+"""Per-epoch time of a schedule: the sum over steps of the slowest node's step time (its ranks
+sharing it as the measured runs did: sharing.py) plus one gradient all-reduce per step (no
+overlap of communication with backward: an upper bound), with the band the cost model's
+uncertainty gives it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pandas as pd
 from cfmtrain.simulate.allreduce import Network
 from cfmtrain.simulate.costmodel import CostModel
 from cfmtrain.simulate.schedule import Schedule
+from cfmtrain.simulate.sharing import node_step_s
 from cfmtrain.simulate.sizes import Sizes
 
 
@@ -45,12 +47,14 @@ def rank_step_times(schedule: Schedule, model: CostModel) -> np.ndarray:
 
 def simulate_epoch(schedule: Schedule, model: CostModel, network: Network,
                    gradient_bytes: float) -> EpochEstimate:
-    """Sum over steps of (max over ranks of step time) + an all-reduce of the gradients; the band
-    from the design rows of each step's slowest rank (the epoch is linear in the coefficients
-    once the slowest rank of each step is fixed)."""
+    """Sum over steps of (the data wait + the slowest node's compute) + an all-reduce of the
+    gradients; the band from the design rows of each step's slowest rank (the epoch is linear
+    in the coefficients once the slowest rank of each step is fixed)."""
     times = rank_step_times(schedule, model)
     slowest_rank = times.argmax(axis=1)
-    slowest = times[np.arange(schedule.steps), slowest_rank]
+    compute = np.where(schedule.graphs > 0, model.compute_s(schedule.atoms, schedule.edges), 0.0)
+    slowest = model.data_wait_s + node_step_s(compute, model.ranks_per_node,
+                                              model.shared_slowdown)
     reduce_s = network.allreduce_s(schedule.ranks, gradient_bytes)
     busy = schedule.graphs > 0
     pick = (np.arange(schedule.steps), slowest_rank)

@@ -20,31 +20,9 @@ import pandas as pd
 from cfmtrain.ranks.contention import Thresholds, compute_wall_cpu
 from cfmtrain.simulate.allreduce import Network
 from cfmtrain.simulate.costmodel import CostModel
+from cfmtrain.simulate.run_steps import STEP, data_wait_s, local_work_s, timed_steps
+from cfmtrain.simulate.sharing import node_step_s
 from cfmtrain.train.runs import Run
-from cfmtrain.train.steps import StepRecord
-
-STEP = StepRecord.col
-LOCAL_WORK = (STEP.compute_s, STEP.optim_s)  # a rank's own work in a step: forward+backward,
-                                             # optimiser
-
-
-def local_work_s(steps: pd.DataFrame) -> np.ndarray:
-    """Seconds of each (step, rank) row's own work: compute plus optimiser step."""
-    return steps[list(LOCAL_WORK)].sum(axis=1, min_count=len(LOCAL_WORK)).to_numpy(np.float64)
-
-
-def timed_steps(run: Run) -> pd.DataFrame:
-    """The run's step log without its warm-up: the first epoch when it has several (as the
-    summary's epoch time), else the first step (allocation, caches)."""
-    steps = run.steps()
-    if steps.epoch.nunique() > 1:
-        return steps[steps.epoch > steps.epoch.min()]
-    return steps[steps.step > steps.step.min()] if len(steps) > 1 else steps
-
-
-def data_wait_s(runs: list[Run]) -> float:
-    """Mean seconds a step waited for its batch over the timed steps of `runs`."""
-    return float(pd.concat([timed_steps(r).data_s for r in runs]).mean())
 
 
 def variant_models(laws: dict[str, CostModel], runs: list[Run],
@@ -77,22 +55,26 @@ def predict_run(run: Run, model: CostModel, network: Network,
     """Predicted and measured seconds per epoch of `run` from its own batches' atoms and edges.
 
     Measured: the sum over steps of the slowest rank's step_s (all parts), averaged over epochs.
-    Predicted: the sum over steps of max over ranks (data wait + modelled work) + an all-reduce.
-    Both also without the all-reduce, which tests the cost model and the max over ranks alone,
-    and the compute alone against the slowest rank's compute CPU time + optimiser step
-    (cpu_rel_error). `validation_error` is the epoch's error, or for a contended cell the CPU's.
+    Predicted: the sum over steps of the data wait + the node's modelled compute (its ranks
+    share one node: sharing.node_step_s) + an all-reduce. Both also without the all-reduce,
+    which tests the cost model and the node model alone, and the slowest rank's compute alone
+    against its compute CPU time + optimiser step (cpu_rel_error). `validation_error` is the
+    epoch's error, or for a contended cell the CPU's.
     """
-    steps = timed_steps(run)
+    steps = timed_steps(run).sort_values([STEP.epoch, STEP.step, STEP.rank])
     if STEP.compute_cpu_s not in steps:  # a step log from before CPU times were recorded
         steps = steps.assign(compute_cpu_s=np.nan)
-    steps = steps.assign(work=model.step_s(steps.atoms, steps.edges),
-                         compute=model.compute_s(steps.atoms, steps.edges),
+    compute = np.where(steps.graphs > 0, model.compute_s(steps.atoms, steps.edges), 0.0)
+    steps = steps.assign(compute=compute,
                          measured_work=steps.data_s.to_numpy() + local_work_s(steps),
                          measured_cpu=steps.compute_cpu_s + steps.optim_s)
     per_step = steps.groupby([STEP.epoch, STEP.step]).agg(
         measured=(STEP.step_s, "max"), measured_work=("measured_work", "max"),
-        predicted_work=("work", "max"), measured_cpu=("measured_cpu", "max"),
-        predicted_compute=("compute", "max"))
+        measured_cpu=("measured_cpu", "max"), predicted_compute=("compute", "max"))
+    by_rank = steps.pivot_table(index=[STEP.epoch, STEP.step], columns=STEP.rank,
+                                values="compute", fill_value=0.0).loc[per_step.index]
+    per_step["predicted_work"] = model.data_wait_s + node_step_s(
+        by_rank.to_numpy(), run.ranks, model.shared_slowdown)
     epochs = per_step.groupby(STEP.epoch).agg(["sum", "size"])
     nbytes = gradient_bytes(run) if callable(gradient_bytes) else gradient_bytes
     reduce_s = network.allreduce_s(run.ranks, nbytes) if run.ranks > 1 else 0.0
