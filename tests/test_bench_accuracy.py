@@ -398,3 +398,59 @@ def test_several_seeds_train_each_triple_and_write_the_overall_table(tmp_path, m
     twice = [a if a != "4" else "3" for a in argv]  # --seeds 3 3: refused before training
     with pytest.raises(SystemExit, match="repeats a seed"):
         accuracy.run(parser.parse_args(twice))
+
+
+def test_mace_arguments_carry_the_model_settings(tmp_path):
+    """The model target's recipe in mace_run_train's words: stage two from cfmtrain's epoch with
+    its weights and lr, the stress loss, early stopping and the plateau's patience."""
+    from cfmtrain.bench.baseline_check import mace_arguments
+    from cfmtrain.train import presets
+
+    cfg = load_config(base=presets.model_settings({"epochs": 8}))
+    words = mace_arguments(cfg, 4.5, tmp_path)
+    for word in ("--stage_two", "--start_stage_two=6", "--stage_two_lr=0.001",
+                 "--stage_two_energy_weight=1000.0", "--stage_two_forces_weight=100.0",
+                 "--stage_two_stress_weight=10.0", "--loss=stress", "--stress_weight=1.0",
+                 "--compute_stress=True", "--patience=30", "--scheduler_patience=10",
+                 "--ema_decay=0.99", "--hidden_irreps=128x0e+128x1o", "--max_ell=3"):
+        assert word in words, word
+    plain = mace_arguments(load_config(), 4.5, tmp_path)
+    assert not any(w.startswith(("--stage_two", "--loss=stress", "--patience")) for w in plain)
+
+
+@pytest.mark.slow
+def test_race_of_the_model_settings(tmp_path):
+    """`--preset model --model-settings`: every run trains the model target's settings (here
+    tiny sizes, stage two from epoch 2 of 3, stress), mace_run_train with the same recipe."""
+    store, split, _ = make_store(tmp_path / "store", n=24)
+    parser = argparse.ArgumentParser()
+    accuracy.add_arguments(parser)
+    out = tmp_path / "bench"
+    block = {"model": {"hidden_irreps": "8x0e+8x1o", "max_ell": 2, "correlation": 2,
+                       "radial_mlp": [8, 8], "num_bessel": 4},
+             "stage_two": {"start_epoch": 2}, "batch": {"graphs_per_batch": 3}}
+    args = parser.parse_args([
+        "--graphs", str(store), "--split", str(split), "--preset", "model", "--model-settings",
+        json.dumps(block), "--epochs", "3", "--ranks", "1", "--threads", "2",
+        "--extra-epochs", "0", "--name", "race", "--output-dir", str(out),
+        "--figure", str(tmp_path / "fig.png"), "--set", "threads=1"])
+    assert accuracy.run(args) == 0
+    config = json.loads((out / "accuracy_race.json").read_text())["per_seed"][0]["config"]
+    assert config["model"]["hidden_irreps"] == "8x0e+8x1o" and config["epochs"] == 3
+    assert config["stage_two"]["enabled"] and config["optim"]["stress_weight"] == 1.0
+    assert config["patience"] == 0  # every run trains the same epochs
+    work = out / "accuracy_race" / "seed0"
+    for variant in ("baseline", "both"):
+        lrs = pd.read_csv(work / variant / "epochs.csv").lr.tolist()
+        assert lrs[2] == 0.001 and lrs[1] != 0.001, (variant, lrs)
+    log = (work / MACE / "mace_run_train.log").read_text()
+    assert "Stage Two (after 2 epochs)" in log and "Changing loss based on Stage Two" in log
+    curves = pd.read_csv(out / "accuracy_race.csv")
+    assert sorted(set(curves.run)) == sorted(accuracy.RUNS) and set(curves.epoch) == {0, 1, 2}
+
+
+def test_model_settings_block_is_checked():
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    accuracy.add_arguments(parser)
+    with pytest.raises(argparse.ArgumentError, match="unknown key 'epochz'"):
+        parser.parse_args(["--dataset", "x", "--model-settings", '{"epochz": 3}'])

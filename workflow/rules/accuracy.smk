@@ -23,15 +23,18 @@ rule bench_accuracy:
     log:
         "logs/bench/accuracy_{dataset}_{apreset}.log",
     wildcard_constraints:
-        apreset="quick|goals",
+        apreset="quick|goals|model",
     params:
         graphs=graph_dirs,
-        # config `accuracy`'s settings at the wildcard's preset and the job's threads, then the
-        # data set's E0s (given, fixed for a union's members that give them, or fitted)
+        # config `accuracy`'s settings at the wildcard's preset and the job's threads, the data
+        # set's E0s (given, fixed for a union's members that give them, or fitted), and with the
+        # preset `model` the settings of config model.settings (the model target's)
         options=lambda wildcards, threads: " ".join(filter(None, [
             command(*settings_option(config, "accuracy", preset=wildcards.apreset,
                                      threads=threads)),
-            set_options(data_e0s(wildcards.dataset))])),
+            set_options(data_e0s(wildcards.dataset)),
+            command("--model-settings", json.dumps(config["model"]["settings"]))
+            if wildcards.apreset == "model" else ""])),
     threads: workflow.cores
     resources:
         machine=ALONE,

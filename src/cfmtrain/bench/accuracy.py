@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from cfmtrain.bench.accuracy_runs import MACE, Bench, CurvePoint, run_cfmtrain, train_paired
 from cfmtrain.bench.accuracy_settings import AccuracySettings, Preset
@@ -46,8 +48,9 @@ from cfmtrain.paper import BASELINE, BOTH
 from cfmtrain.plots.accuracy import draw_accuracy
 from cfmtrain.ranks.distenv import available_cpus
 from cfmtrain.settings import add_settings, from_args
+from cfmtrain.train import presets
 from cfmtrain.train.build import load_parts, training_stats
-from cfmtrain.train.config import load_config, to_dict
+from cfmtrain.train.config import ConfigError, load_config, to_dict
 from cfmtrain.train.summary import write_json
 
 RUNS = (BASELINE.name, BOTH.name, MACE)
@@ -238,19 +241,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the CSVs, JSON and run folders go")
     parser.add_argument("--figure", type=Path,
                         help="figure (default: results/figures/fig_accuracy_<name>.png)")
+    parser.add_argument("--model-settings", type=model_settings_block, metavar="JSON|FILE",
+                        help="with --preset model: training keys over the model preset, as "
+                             "config model.settings takes them (a JSON mapping, or a YAML "
+                             "file of one)")
     add_settings(parser, AccuracySettings)
 
 
+def model_settings_block(text: str) -> dict:
+    """--model-settings: a JSON mapping, or a YAML file holding one, checked as training
+    settings over the model preset (an error names the key)."""
+    path = Path(text)
+    try:
+        value = (yaml.safe_load(path.read_text()) if not text.lstrip().startswith("{")
+                 and path.is_file() else json.loads(text))
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: not a JSON mapping or a YAML file ({err})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r}: not a mapping of training keys")
+    try:
+        load_config(base=presets.model_settings(value))
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(f"{text}: {err}") from None
+    if (value.get("model") or {}).get("init_model"):
+        raise argparse.ArgumentTypeError(f"{text}: model.init_model: the race trains every run "
+                                         "from scratch (mace_run_train too)")
+    return value
+
+
+def _base(args: argparse.Namespace, s: AccuracySettings) -> dict | None:
+    """The settings the preset `model` starts from: the model preset with --model-settings
+    over it; None for the other presets (the training config's defaults)."""
+    if s.preset != "model":
+        return None
+    return presets.model_settings(getattr(args, "model_settings", None) or {})
+
+
 def _settings(args: argparse.Namespace, s: AccuracySettings, seed: int) -> list[str]:
-    """Training config overrides shared by every run of one seed."""
-    preset = PRESETS[s.preset]
+    """Training config overrides shared by every run of one seed (over _base)."""
     model = {"hidden_irreps": s.hidden_irreps, "max_ell": s.max_ell,
              "correlation": s.correlation}
-    settings = [f"model.{k}={v if v is not None else preset[k]}" for k, v in model.items()]
-    settings += [f"epochs={s.epochs or preset['epochs']}", f"seed={seed}",
-                 "progress=false", "measure_straggler=false",
+    if s.preset == "model":  # the model's own sizes and epochs, unless given
+        settings = [f"model.{k}={v}" for k, v in model.items() if v is not None]
+        settings += [f"epochs={s.epochs}"] if s.epochs else []
+    else:
+        preset = PRESETS[s.preset]
+        settings = [f"model.{k}={v if v is not None else preset[k]}" for k, v in model.items()]
+        settings.append(f"epochs={s.epochs or preset['epochs']}")
+    settings += [f"seed={seed}", "progress=false", "measure_straggler=false",
                  "eval_interval=1",  # a point of the curve per epoch, as mace_run_train's
                  "warm_up=false",  # first-touch costs inside the timed epochs, as mace-torch's
+                 "patience=0", "keep_best=false",  # every run trains the same epochs
                  "timeout_s=86400"]  # a collective may wait while another run has its turn
     if s.graphs_per_batch:
         settings.append(f"batch.graphs_per_batch={s.graphs_per_batch}")
@@ -268,7 +310,8 @@ def seed_key(args: argparse.Namespace, s: AccuracySettings, seed: int, store, th
         info = Path(path).stat()
         return [str(Path(path).resolve()), info.st_size, info.st_mtime_ns]
 
-    return {"settings": _settings(args, s, seed), "ranks": s.ranks, "threads": threads,
+    return {"settings": _settings(args, s, seed), "base": _base(args, s), "ranks": s.ranks,
+            "threads": threads,
             "extra_epochs": s.extra_epochs,
             "files": [stamp(f) for f in store.files] + [stamp(args.split_path)]}
 
@@ -298,7 +341,7 @@ def run_seed(args: argparse.Namespace, s: AccuracySettings, seed: int, store,
               flush=True)
         return done
     (work / SEED_RECORD).unlink(missing_ok=True)
-    cfg = load_config(None, _settings(args, s, seed))
+    cfg = load_config(None, _settings(args, s, seed), base=_base(args, s))
     parts = load_parts(store, args.split_path, cfg)
     stats = training_stats(cfg, store, parts)  # every run gets exactly these E0s
     e0s = dict(zip(stats.zs, stats.e0s, strict=True))

@@ -8,7 +8,9 @@ from typing import Literal
 
 from cfmtrain.settings import setting
 
-Preset = Literal["quick", "goals"]  # the keys of cfmtrain.bench.accuracy.PRESETS
+# the keys of cfmtrain.bench.accuracy.PRESETS, and `model`: the model preset with the settings
+# of --model-settings (config model.settings) over it
+Preset = Literal["quick", "goals", "model"]
 
 
 @dataclasses.dataclass
@@ -17,7 +19,8 @@ class AccuracySettings:
 
     preset: Preset = setting("goals", "model and epochs: goals = 32x0e+32x1o, lmax 2, "
                              "correlation 3, 2 epochs; quick = 8x0e+8x1o, lmax 1, correlation "
-                             "2, 5 epochs")
+                             "2, 5 epochs; model = the model target's settings (the model "
+                             "preset, --model-settings over it), early stopping off")
     epochs: int = setting(0, "epochs of every run (0: the preset's)")
     extra_epochs: int = setting(2, "at most this many more epochs for a cfmtrain run that has "
                                 "not reached mace_run_train's final force MAE after `epochs` "

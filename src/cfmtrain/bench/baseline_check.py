@@ -33,6 +33,7 @@ from cfmtrain.train.config import TrainConfig, load_config, to_dict
 from cfmtrain.train.loop import train_step
 from cfmtrain.train.metrics import StepTimes
 from cfmtrain.train.model import z_table_of
+from cfmtrain.train.selection import planned_start
 from cfmtrain.train.steps import StepRecord
 from cfmtrain.train.summary import write_json
 
@@ -84,7 +85,23 @@ def mace_arguments(cfg: TrainConfig, r_max: float, work: Path, *, name: str = "c
     }
     if not o.amsgrad:
         raise ValueError("baseline check: mace_run_train always uses amsgrad (optim.amsgrad)")
+    if o.scheduler == "exponential":
+        options.update(scheduler="ExponentialLR", lr_scheduler_gamma=o.gamma)
+    elif o.scheduler != "plateau":
+        raise ValueError(f"optim.scheduler {o.scheduler}: mace_run_train has no such schedule "
+                         "(plateau or exponential)")
+    if o.stress_weight > 0:  # mace-torch's --loss stress, on the frames that have one
+        options.update(loss="stress", stress_weight=o.stress_weight, compute_stress=True)
+    if cfg.patience > 0:
+        options["patience"] = cfg.patience
     flags = ["--ema"] if o.ema_decay > 0 else []
+    start, two = planned_start(cfg), cfg.stage_two
+    if start is not None:  # cfmtrain's stage two is mace-torch's, from the same epoch
+        flags.append("--stage_two")
+        options.update(start_stage_two=start, stage_two_lr=two.lr,
+                       stage_two_energy_weight=two.energy_weight,
+                       stage_two_forces_weight=two.forces_weight,
+                       stage_two_stress_weight=two.stress_weight)
     return [*(f"--{k}={v}" for k, v in options.items()), *flags, "--save_cpu"]
 
 
