@@ -34,7 +34,7 @@ check: setup
 	python -m pytest -q -m "$(FAST)" --durations=10
 
 test: setup
-	@# Debian's Slurm for tests/test_slurm.py (needs root or sudo, and apt)
+	@# Debian's Slurm for tests/workflow/test_slurm.py (needs root or sudo, and apt)
 	@if [ "$${CFMTRAIN_SKIP_SLURM:-}" = 1 ]; then \
 	    echo "CFMTRAIN_SKIP_SLURM=1: not installing Slurm"; \
 	else \

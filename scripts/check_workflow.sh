@@ -5,7 +5,7 @@
 #      plans on the default config, on config/paper.yaml and on the tiny tests/.test/config.yaml
 #      (given on top of the default).
 # Only that they lint and plan: what the plans hold (jobs per rule, priorities, resources,
-# command lines) is checked in tests/test_workflow.py and the other tests marked `workflow`.
+# command lines) is checked in tests/workflow/test_workflow.py and the other tests marked `workflow`.
 # Usage: bash scripts/check_workflow.sh [--lint-only]
 set -euo pipefail
 cd "$(dirname "$0")/.."

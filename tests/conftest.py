@@ -1,6 +1,6 @@
 """Fixtures shared by test modules: a download payload, and for the training tests a small store
-and a finished baseline run of it (a module may override `full_run`, as tests/test_train_run.py
-does with the kernel variant)."""
+and a finished baseline run of it (a module may override `full_run`, as
+tests/train/test_train_run.py does with the kernel variant)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ small mace-torch models and batches for the kernel tests, and written-by-hand re
 the simulator, figure and goals tests.
 
 Test modules import them with `from helpers import ...` (pytest puts tests/ on sys.path; a test
-module run as a script, as tests/test_train_dist.py's ranks are, has tests/ there too).
+module run as a script, as tests/ranks/test_train_dist.py's ranks are, has tests/ there too).
 """
 
 from __future__ import annotations

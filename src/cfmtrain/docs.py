@@ -44,7 +44,7 @@ from cfmtrain.train.config import (
 REFERENCE = Path("docs/results")
 MANIFEST = REFERENCE / "manifest.csv"
 SCHEMA = Path("workflow/schemas/config.schema.yaml")
-LOADER = "cfmtrain (arrays in memory)"  # cfmtrain.bench.loader.OURS (tests/test_docs.py)
+LOADER = "cfmtrain (arrays in memory)"  # cfmtrain.bench.loader.OURS (tests/workflow/test_docs.py)
 
 
 @dataclasses.dataclass(frozen=True)

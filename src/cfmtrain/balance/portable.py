@@ -6,10 +6,10 @@ Line by line the algorithms of kernels/balance/*.h, with the same data structure
 full bins in buckets by remaining capacity, the refill's union-find pool, the deal's heap) and
 the same arithmetic in the same order: Python ints for integer sizes, Python floats (IEEE doubles)
 for real ones, every sum taken left to right as the C++ loops take it. So the plans equal the
-compiled ones graph for graph (tests/test_portable_packer.py). One loop step per graph: about a
-microsecond each, 1-2 s per million graphs and pass, where the compiled code takes 0.02 s.
-Functions are named as the compiled ones (`<name>_i64`, `<name>_f64`); the peers' packing loops
-(next fit, first fit, LPT groups) are compiled only.
+compiled ones graph for graph (tests/balance/test_portable_packer.py). One loop step per
+graph: about a microsecond each, 1-2 s per million graphs and pass, where the compiled code
+takes 0.02 s. Functions are named as the compiled ones (`<name>_i64`, `<name>_f64`); the peers'
+packing loops (next fit, first fit, LPT groups) are compiled only.
 """
 
 from __future__ import annotations

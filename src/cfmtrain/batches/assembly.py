@@ -4,7 +4,7 @@ without the compiled extension (a GPU node), and which one a process uses.
 Whole-batch tensor operations, no loop over graphs: row ranges gathered through one index per
 field, and each edge's shift (unit shifts @ its graph's cell) formed as the compiled op forms it
 ((u0 c0 + u1 c1) + u2 c2, separate products and sums, no fused multiply-add), so the two agree
-bit for bit (tests/test_batch_assembly.py).
+bit for bit (tests/batches/test_batch_assembly.py).
 """
 
 from __future__ import annotations

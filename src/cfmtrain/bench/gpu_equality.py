@@ -4,9 +4,9 @@ mace-torch's e3nn code on one device, in float64.
 The channelwise conv (with its gather and scatter) on the kernel tests' conv shapes
 (kernels.shapes), to second derivatives; the symmetric contraction on their contraction shapes,
 its value and gradients; whole models: energies, forces, stress and every parameter gradient of a
-loss of all three. Tolerances are the tests' (tests/test_cueq.py). The checks run with float64
-as torch's default dtype, as the tests do: cuEquivariance's PyTorch fallback makes some of its
-constants in the default dtype, which cost float32's rounding (2e-8) on a float64 conv.
+loss of all three. Tolerances are the tests' (tests/kernels/test_cueq.py). The checks run with
+float64 as torch's default dtype, as the tests do: cuEquivariance's PyTorch fallback makes some
+of its constants in the default dtype, which cost float32's rounding (2e-8) on a float64 conv.
 """
 
 from __future__ import annotations

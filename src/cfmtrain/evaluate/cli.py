@@ -4,7 +4,8 @@ a CSV; its parity plot (table beside it), and with --epochs the run's learning c
 
 The model is evaluated as it is (its dtype; kernels unfused unless --fuse), on batches
 assembled by cfmtrain's loader, which are mace-torch's: the numbers are mace-torch's own
-evaluation of the same frames (tests/test_evaluate.py compares them with mace_eval_configs).
+evaluation of the same frames (tests/evaluate/test_evaluate.py compares them with
+mace_eval_configs).
 """
 
 from __future__ import annotations
