@@ -1,7 +1,8 @@
 """`cfmtrain docs`: the generated parts of the documentation, from files in the repository.
 
 The README's results table and docs/benchmarks.md's tables come from the reference CSVs in
-docs/results/ (with their stamp, docs/results/manifest.csv); config/README.md and
+docs/results/ (with their stamp, docs/results/manifest.csv), docs/tutorial.md's tables from its
+models' evaluation.csv there too; config/README.md and
 docs/configuration.md's reference come from workflow/schemas/config.schema.yaml, the defaults of
 its sections that are a command's settings from their dataclasses (cfmtrain.config_sections) and
 the training dataclasses of cfmtrain.train.config; the input formats (docs/own-data.md's table, a
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import inspect
 import json
 import re
@@ -197,6 +199,19 @@ VERSUS_PAPER = Result("The paper beside the simulator", "simulate_versus_paper.c
 HOST = Result("Host check", "host.csv", "results/bench/host.csv",
               "cfmtrain bench host --probes 20", lambda f: host_check(f),
               ("probe", "wall_s", "cpu_s", "matmul_s", "gather_s"))
+# docs/tutorial.md's tables: the evaluation.csv of its models, each in the block of its csv's name
+EVALUATION = ("config_type", "graphs", "atoms", "mae_energy_meV_per_atom",
+              "rmse_energy_meV_per_atom", "mae_forces_meV_per_A", "rmse_forces_meV_per_A",
+              "mae_stress_meV_per_A3", "rmse_stress_meV_per_A3")
+TUTORIAL = (
+    Result("The tutorial's model", "tutorial_cuni.csv", "results/model/cuni/evaluation.csv",
+           "snakemake --profile profiles/local model --configfile examples/own_data.yaml "
+           "examples/tutorial.yaml", lambda f: "", EVALUATION),
+    Result("Fine-tuned from the foundation", "tutorial_cuni_ft.csv",
+           "results/model/cuni_ft/evaluation.csv",
+           "snakemake --profile profiles/local model --configfile examples/fine_tune.yaml",
+           lambda f: "", EVALUATION),
+)
 
 
 def host_check(f: pd.DataFrame) -> str:
@@ -231,6 +246,7 @@ def _manifest(root: Path) -> pd.DataFrame:
 def stamp(root: Path) -> str:
     """Commit(s), date(s) and host check(s) of the reference set."""
     m = _manifest(root)
+    m = m[~m.file.isin([r.csv for r in TUTORIAL])]  # the tutorial's tables carry their own
     if m.empty:
         return "No reference measurements yet."
     join = lambda column: ", ".join(dict.fromkeys(m[column]))  # noqa: E731
@@ -262,6 +278,19 @@ def versus_paper_table(root: Path) -> str:
     return (f"From [{VERSUS_PAPER.csv}](results/{VERSUS_PAPER.csv}) "
             f"(`{VERSUS_PAPER.source}`).\n\n"
             + markdown_table(["case", "quantity", "paper", "simulated", "band"], rows))
+
+
+def reference_table(root: Path, r: Result) -> str:
+    """A reference CSV as a table of its columns, with where it comes from and when."""
+    path = root / REFERENCE / r.csv
+    if not path.is_file():
+        return f"Not in the reference set (`{r.source}` after `{r.command}`)."
+    f, m = pd.read_csv(path), _manifest(root).set_index("file")
+    when = (f", measured at commit {m.loc[r.csv, 'commit']} on {m.loc[r.csv, 'date']}"
+            if r.csv in m.index else "")
+    shown = [c for c in r.columns if c in f.columns]
+    return (f"From [{r.csv}](results/{r.csv}) (`{r.source}`{when}).\n\n"
+            + markdown_table(shown, f[shown].values.tolist()))
 
 
 def bench_tables(root: Path) -> str:
@@ -447,6 +476,9 @@ def outputs(root: Path) -> dict[Path, Callable[[str], str]]:
             root / "docs/configuration.md": fill("config", reference),
             root / "docs/own-data.md": fill("formats", formats_table()),
             root / "docs/experiments.md": fill("versus-paper", versus_paper_table(root)),
+            root / "docs/tutorial.md": lambda text: functools.reduce(
+                lambda t, r: fill(r.csv.removesuffix(".csv"), reference_table(root, r))(t),
+                TUTORIAL, text),
             root / "config/README.md": lambda _: f"{CONFIG_README_HEAD}\n{reference}\n"}
 
 
@@ -466,7 +498,7 @@ def collect(root: Path, results: Path, names: list[str]) -> list[str]:
     host = host_check(pd.read_csv(host_csv)) if host_csv.is_file() else "not run"
     manifest = _manifest(root)
     copied = []
-    for r in (*RESULTS, VERSUS_PAPER, HOST):
+    for r in (*RESULTS, VERSUS_PAPER, HOST, *TUTORIAL):
         source = results / Path(r.source).relative_to("results")
         if (names and r.csv.removesuffix(".csv") not in names) or not source.is_file():
             continue
@@ -488,7 +520,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="first copy the CSVs measured under results/ into docs/results/ "
                              "(all found, or those named: " + ", ".join(
                                  r.csv.removesuffix(".csv")
-                                 for r in (*RESULTS, VERSUS_PAPER, HOST)) + ")")
+                                 for r in (*RESULTS, VERSUS_PAPER, HOST, *TUTORIAL)) + ")")
     parser.add_argument("--results", type=Path, default=Path("results"),
                         help="the results folder --collect reads")
     parser.add_argument("--root", type=Path, default=Path("."), help="the repository")
