@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from cfmtrain import crash
+from cfmtrain import crash, quiet
 from cfmtrain.diskfull import DiskFullError
 from cfmtrain.malloc_env import MALLOC_ENV
 
@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit code."""
+    quiet.install()  # before any library is imported: only cfmtrain's own warnings print
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
         build_parser().parse_args(argv)  # prints usage or the error, exits
@@ -103,6 +104,7 @@ def entry() -> int:
     """The `cfmtrain` script: supervise the command in a child process (cfmtrain.crash), with
     the tuned allocator settings for the commands that need them; in that child, run it."""
     argv = sys.argv[1:]
+    quiet.install()  # here and, through the environment, in the child and its processes
     if crash.ENV in os.environ:  # the supervised child
         crash.attach_child()
         return main(argv)

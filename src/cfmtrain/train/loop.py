@@ -78,7 +78,7 @@ def forward_backward(model: torch.nn.Module, batch, graphs: float, atoms: float,
                      compute_stress=cfg.optim.stress_weight > 0)
         loss = distributed_loss(batch, pred, graphs, atoms, world_size(), weights or cfg.optim)
         if check:
-            check_finite(float(loss), batch, step)
+            check_finite(float(loss.detach()), batch, step)
         loss.backward(inputs=[p for p in model.parameters() if p.requires_grad])
     return loss.detach(), pred
 
