@@ -81,10 +81,10 @@ rule benchmark:
         bench_targets(),
 
 
-# molecular dynamics, fused against mace-torch (issue #14's goal preset; not in `all`)
+# molecular dynamics, fused against mace-torch at the paper's model shape (not in `all`)
 rule md:
     input:
-        "results/bench/md_goals.csv",
+        "results/bench/md_paper-model.csv",
 
 
 # the data path against the graph count: generate, graphs, split, training (not in `all`)

@@ -159,9 +159,9 @@ RESULTS = (
            "make run", _ablation,
            ("dataset", "ranks", "variant", "epoch_time_s", "speedup", "speedup_p10",
             "speedup_p90", "rounds")),
-    Result("Training step against mace-torch", "kernels_goals.csv",
-           "results/bench/kernels_goals.csv",
-           "cfmtrain bench kernels --preset goals --ops model --impls fused mace", _step,
+    Result("Training step against mace-torch", "kernels_paper-model.csv",
+           "results/bench/kernels_paper-model.csv",
+           "cfmtrain bench kernels --preset paper-model --ops model --impls fused mace", _step,
            ("op", "impl", "atoms", "dtype", "pass", "median_s", "speedup_vs_mace",
             "ratio_median", "ratio_p10", "ratio_p90", "max_rel_diff_vs_mace", "peak_rss_mb")),
     Result("Molecular dynamics against mace-torch", "md_1k.csv", "results/bench/md_1k.csv",
@@ -170,7 +170,7 @@ RESULTS = (
            ("system", "shape", "impl", "atoms", "median_step_s", "speedup_vs_mace",
             "ratio_median", "ratio_p10", "ratio_p90", "forces_rel_diff_vs_mace", "peak_rss_mb")),
     Result("Time to accuracy on mini", "accuracy_mini.csv",
-           "results/bench/accuracy_mini_goals_overall.csv",
+           "results/bench/accuracy_mini_medium_overall.csv",
            "snakemake --profile profiles/local accuracy", _accuracy,
            ("run", "seeds", "epoch_s", "time_to_target_s", "speedup", "mae_e_ratio",
             "mae_f_ratio", "data_wait_pct")),
@@ -243,15 +243,33 @@ def _manifest(root: Path) -> pd.DataFrame:
         columns=["file", "commit", "date", "host"])
 
 
-def stamp(root: Path) -> str:
-    """Commit(s), date(s) and host check(s) of the reference set."""
+def _measured(root: Path) -> pd.DataFrame:
+    """The manifest's rows of the reference set (the tutorial's tables carry their own)."""
     m = _manifest(root)
-    m = m[~m.file.isin([r.csv for r in TUTORIAL])]  # the tutorial's tables carry their own
+    return m[~m.file.isin([r.csv for r in TUTORIAL])]
+
+
+def stamp(root: Path, link: str) -> str:
+    """The reference set's provenance in one line: its dates, and where each CSV's commit and
+    host check are listed (`link`)."""
+    m = _measured(root)
     if m.empty:
         return "No reference measurements yet."
-    join = lambda column: ", ".join(dict.fromkeys(m[column]))  # noqa: E731
-    return (f"Reference set measured at commit {join('commit')} on {join('date')}; "
-            f"host check: {join('host')}.")
+    dates = sorted(set(m.date))
+    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    return (f"Measured {when} on a shared 2-core x86-64 host; each CSV's commit and host check: "
+            f"[provenance]({link}).")
+
+
+def provenance_table(root: Path) -> str:
+    """docs/benchmarks.md's table of the reference CSVs: the commit each was measured at ("+
+    changes": with uncommitted code changes), its date and the host check run before it."""
+    m = _measured(root)
+    if m.empty:
+        return "No reference measurements yet."
+    return markdown_table(["CSV", "commit", "date", "host check"],
+                          [[f"[{r.file}](results/{r.file})", r.commit, r.date, r.host]
+                           for r in m.itertuples()])
 
 
 def results_table(root: Path) -> str:
@@ -263,7 +281,8 @@ def results_table(root: Path) -> str:
         csv = (f"[{r.csv}](docs/results/{r.csv})" if path.is_file()
                else f"`{r.source}`, not collected")
         rows.append([r.label, value, f"`{r.command}`", csv])
-    return stamp(root) + "\n\n" + markdown_table(["result", "value", "command", "CSV"], rows)
+    return (stamp(root, "docs/benchmarks.md#provenance") + "\n\n"
+            + markdown_table(["result", "value", "command", "CSV"], rows))
 
 
 def versus_paper_table(root: Path) -> str:
@@ -294,7 +313,7 @@ def reference_table(root: Path, r: Result) -> str:
 
 
 def bench_tables(root: Path) -> str:
-    parts = [stamp(root)]
+    parts = [f"### Provenance\n\n{provenance_table(root)}"]
     for r in (*RESULTS, HOST):
         path = root / REFERENCE / r.csv
         parts.append(f"### {r.label}\n\n```bash\n{r.command}\n```")

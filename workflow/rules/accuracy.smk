@@ -23,7 +23,7 @@ rule bench_accuracy:
     log:
         "logs/bench/accuracy_{dataset}_{apreset}.log",
     wildcard_constraints:
-        apreset="quick|goals|model",
+        apreset="quick|medium|model|goals",
     params:
         graphs=graph_dirs,
         # config `accuracy`'s settings at the wildcard's preset and the job's threads, the data

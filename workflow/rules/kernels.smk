@@ -24,7 +24,7 @@ rule bench_kernels:
         " --figure {output.figure:q} > {log:q} 2>&1"
 
 
-# MD through MACECalculator, fused vs mace-torch (`goals`: MP-0 medium shape, 5k atoms, ~1 h on
+# MD through MACECalculator, fused vs mace-torch (`paper-model`: MP-0 medium shape, 5k atoms, ~1 h on
 # 2 cores; `full`: 1k/5k/20k atoms, small and medium shapes). Not in `all`: target `md`.
 rule bench_md:
     output:
@@ -35,7 +35,7 @@ rule bench_md:
             category="Benchmarks",
         ),
     wildcard_constraints:
-        mdpreset="test|goals|full",
+        mdpreset="test|paper-model|full|goals",
     log:
         "logs/bench/md_{mdpreset}.log",
     threads: 2

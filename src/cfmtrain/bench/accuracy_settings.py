@@ -10,17 +10,18 @@ from cfmtrain.settings import setting
 
 # the keys of cfmtrain.bench.accuracy.PRESETS, and `model`: the model preset with the settings
 # of --model-settings (config model.settings) over it
-Preset = Literal["quick", "goals", "model"]
+Preset = Literal["quick", "medium", "model", "goals"]  # goals: medium's former name
 
 
 @dataclasses.dataclass
 class AccuracySettings:
     """The runs' model, epochs, ranks, threads and seeds."""
 
-    preset: Preset = setting("goals", "model and epochs: goals = 32x0e+32x1o, lmax 2, "
+    preset: Preset = setting("medium", "model and epochs: medium = 32x0e+32x1o, lmax 2, "
                              "correlation 3, 2 epochs; quick = 8x0e+8x1o, lmax 1, correlation "
                              "2, 5 epochs; model = the model target's settings (the model "
-                             "preset, --model-settings over it), early stopping off")
+                             "preset, --model-settings over it), early stopping off; goals: "
+                             "medium's former name, accepted for one release")
     epochs: int = setting(0, "epochs of every run (0: the preset's)")
     extra_epochs: int = setting(2, "at most this many more epochs for a cfmtrain run that has "
                                 "not reached mace_run_train's final force MAE after `epochs` "

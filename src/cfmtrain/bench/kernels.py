@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from cfmtrain import children
-from cfmtrain.bench.settings import PRESET
+from cfmtrain.bench.settings import PRESET, preset_name
 from cfmtrain.malloc_env import MALLOC_ENV
 
 OPS = ("symmetric_contraction", "conv", "model")
@@ -36,9 +36,9 @@ PRESETS: dict[str, dict] = {
     "quick": {"reps": 5, "rounds": 5, "matrices": [
         {"ops": OPS, "impls": ("fused", "mace"), "atoms": (96,), "dtypes": ("float32",),
          "passes": ("train_step",), "cg": ("original",)}]},
-    # the goals: the paper's size, 800 atoms, float32, double backward (3072: --atoms);
+    # the paper's model size, 800 atoms, float32, double backward (3072: --atoms);
     # the whole step compiled too (about a minute of compiling, seconds from inductor's cache)
-    "goals": {"reps": 5, "rounds": 7, "matrices": [
+    "paper-model": {"reps": 5, "rounds": 7, "matrices": [
         {"ops": OPS, "impls": ("fused", "mace"), "atoms": (800,), "dtypes": ("float32",),
          "passes": ("train_step",), "cg": ("original",)},
         {"ops": ("model",), "impls": ("fused_compile",), "atoms": (800,),
@@ -91,6 +91,7 @@ OOM_MARKERS = ("can't allocate memory", "MemoryError", "out of memory", "std::ba
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Preset, output paths and optional subsets of the configuration matrix."""
     parser.add_argument("--preset", choices=sorted(PRESETS), default=PRESET,
+                        type=preset_name("kernels"),
                         help=f"default: the default target's ({PRESET})")
     parser.add_argument("--output", help="CSV (default results/bench/kernels_<preset>.csv)")
     parser.add_argument("--figure", help="PNG (default results/figures/fig_kernels_<preset>.png)")

@@ -9,7 +9,7 @@ same system, shape and size, and how far the first call's energy and forces are 
 fused row also has the paired speed-up (`ratio_*`, `rounds`): a further child runs both models
 and alternates one MD step of each in shuffled rounds.
 
-    cfmtrain bench md --preset goals   # -> results/bench/md_goals.csv, fig_md_goals.png
+    cfmtrain bench md --preset paper-model   # -> results/bench/md_paper-model.csv, its figure
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from cfmtrain.bench.kernels import PAIRED, memory_limit, run_child
 from cfmtrain.bench.md_worker import SHAPES, SYSTEMS
+from cfmtrain.bench.settings import preset_name
 from cfmtrain.bench.table import report
 
 IMPLS = ("fused", "mace")
@@ -30,8 +31,8 @@ PRESETS: dict[str, dict] = {
     # the test suite's: the harness end to end in seconds
     "test": {"systems": ("fcc", "water"), "shapes": ("tiny",), "atoms": (100,), "steps": 3,
              "rounds": 2},
-    # the MD goal: the MP-0 medium shape at 5k atoms, both systems
-    "goals": {"systems": ("fcc", "water"), "shapes": ("mp0-medium",), "atoms": (5000,),
+    # the paper's model shape (MP-0 medium) at 5k atoms, both systems
+    "paper-model": {"systems": ("fcc", "water"), "shapes": ("mp0-medium",), "atoms": (5000,),
               "steps": 5, "rounds": 5},
     # the full preset: 1k, 5k and 20k atoms, small and medium shapes
     "full": {"systems": ("fcc", "water"), "shapes": ("mp0-small", "mp0-medium"),
@@ -46,7 +47,8 @@ COLUMNS = ["system", "shape", "impl", "target_atoms", "atoms", "dtype", "status"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Preset, output paths and optional subsets of its matrix."""
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="goals")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="paper-model",
+                        type=preset_name("md"))
     parser.add_argument("--output", help="CSV (default results/bench/md_<preset>.csv)")
     parser.add_argument("--figure", help="PNG (default results/figures/fig_md_<preset>.png)")
     parser.add_argument("--systems", nargs="+", choices=sorted(SYSTEMS))

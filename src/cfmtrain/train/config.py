@@ -23,7 +23,7 @@ Variant = Literal[VARIANTS]  # Literal of a tuple: the same as Literal of its it
 
 @dataclasses.dataclass
 class ModelConfig:
-    """ScaleShiftMACE hyper-parameters (paper defaults, SPEC 'Facts from the paper')."""
+    """ScaleShiftMACE hyper-parameters; the defaults are the paper's model."""
 
     num_interactions: int = 2  # message-passing layers
     hidden_irreps: str = "128x0e+128x1o"  # node features (e3nn irreps): channels and their l
