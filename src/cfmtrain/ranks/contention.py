@@ -6,10 +6,8 @@ against configurable thresholds.
 The probe catches what the other two cannot: a busy neighbour on the same physical cores slows
 a thread that still runs all the time (no waiting, no steal). Its time is judged against the
 fastest probe of the same cell (`probe_slowdown`), so a uniformly slower machine is no flag.
-Its gathers catch the neighbour that thrashes the shared cache or memory: on the host of
-2026-12-02 (w), over 150 rounds, tiny-model training steps ran 25-50% slow in 63 of them, the
-matmuls alone (the probe until then) were 25% slow in 3, the gathers in 54 (correlation with
-the steps' CPU time 0.45 against 0.79; docs/experiments.md).
+Its gathers catch the neighbour that thrashes the shared cache or memory, which matmuls alone
+miss (docs/design-notes.md, the speed probe).
 
 The CPU time is the training thread's own (`time.thread_time`): forward and backward run on it
 (autograd runs CPU work on the calling thread), so with one torch thread per rank it equals the
