@@ -6,7 +6,7 @@ thermostat, cfmtrain's fused kernels swapped into the model for speed (docs/tuto
 The model file is an ordinary mace-torch model: `--kernels mace` runs it without cfmtrain (the
 script then imports nothing of cfmtrain), as any MACE user would. The start is the first
 structure of `--structure`, repeated `--repeat` times along each cell vector; the trajectory is
-written every `--interval` steps (ASE's .traj, or any format ASE writes, by the suffix), and a
+written every `--interval` steps (ASE's .traj: `ase gui results/md/nvt.traj` shows it), and a
 line of time, energies and temperature printed as it goes.
 """
 
@@ -20,6 +20,7 @@ import ase.io
 import numpy as np
 import torch
 from ase import units
+from ase.io.trajectory import Trajectory
 from ase.md import MDLogger
 from ase.md.bussi import Bussi
 from ase.md.velocitydistribution import Stationary
@@ -73,10 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     dyn = Bussi(atoms, timestep=args.timestep * units.fs, temperature_K=args.temperature,
                 taut=args.taut * units.fs, rng=rng)
     args.trajectory.parent.mkdir(parents=True, exist_ok=True)
-    if args.trajectory.exists():
-        args.trajectory.unlink()  # a fresh trajectory, not appended to the last run's
-    dyn.attach(lambda: ase.io.write(args.trajectory, atoms, append=True),
-               interval=args.interval)
+    trajectory = Trajectory(args.trajectory, "w", atoms)  # positions, energies, forces
+    dyn.attach(trajectory.write, interval=args.interval)
     dyn.attach(MDLogger(dyn, atoms, "-", header=True, peratom=True), interval=args.interval)
     temperatures = []
     dyn.attach(lambda: temperatures.append(atoms.get_temperature()), interval=1)
@@ -84,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     dyn.run(args.steps)
     seconds = time.perf_counter() - start
+    trajectory.close()
     late = temperatures[len(temperatures) // 2:]
     print(f"{len(atoms)} atoms, {args.steps} steps of {args.timestep:g} fs in {seconds:.1f} s "
           f"({1000 * seconds / max(args.steps, 1):.0f} ms a step, {args.kernels} kernels); "
