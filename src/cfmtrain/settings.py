@@ -105,8 +105,9 @@ def add_settings(parser: argparse.ArgumentParser, cls: type) -> None:
                             "KEY=VALUE (YAML value; dotted KEY), repeatable")
     for key, hint, field in leaves(cls):
         default = _default(field)
+        text = field.metadata[HELP].replace("%", "%%")  # argparse formats help with %
         options: dict[str, Any] = {"dest": DEST + key, "default": argparse.SUPPRESS,
-                                   "help": f"{field.metadata[HELP]} (default: {_text(default)})"}
+                                   "help": f"{text} (default: {_text(default)})"}
         item = _item(hint)
         if hint is bool:
             options["action"] = argparse.BooleanOptionalAction
