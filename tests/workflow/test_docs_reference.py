@@ -43,7 +43,7 @@ def test_help_prints_no_library_warning(argv):
     assert result.stderr == ""
 
 
-def test_quiet_ignores_only_the_named_warnings(monkeypatch):
+def test_quiet_ignores_only_the_named_warnings():
     env: dict[str, str] = {"PYTHONWARNINGS": "default"}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -53,7 +53,7 @@ def test_quiet_ignores_only_the_named_warnings(monkeypatch):
                                "_wigner.py", 10, module="e3nn.o3._wigner")
         warnings.warn_explicit(quiet.LIBRARY_WARNINGS[0][0], UserWarning, "x.py", 1,
                                module="cfmtrain.train.runner")  # another module's: printed
-        warnings.warn("cfmtrain's own warning", UserWarning)
+        warnings.warn("cfmtrain's own warning", UserWarning, stacklevel=1)
     assert [str(w.message) for w in caught] == [quiet.LIBRARY_WARNINGS[0][0],
                                                 "cfmtrain's own warning"]
     entries = env["PYTHONWARNINGS"].split(",")
