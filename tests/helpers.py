@@ -10,12 +10,14 @@ module run as a script, as tests/ranks/test_train_dist.py's ranks are, has tests
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import json
 import os
 import signal
 import socket
+import subprocess
 from pathlib import Path
 
 import mace  # noqa: F401  (import mace before e3nn)
@@ -256,6 +258,41 @@ def sha256(data: bytes) -> str:
 
 def leftovers(folder) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
+
+
+def workflow_clone(folder: Path) -> Path:
+    """A stand-in for a fresh clone at the new `folder`, for Snakemake runs: the workflow,
+    profiles and default config linked in, a config folder of its own."""
+    folder.mkdir(parents=True)
+    for name in ("Snakefile", "workflow", "profiles"):
+        (folder / name).symlink_to(REPO / name)
+    (folder / "config").mkdir()
+    (folder / "config/config.yaml").symlink_to(REPO / "config/config.yaml")
+    return folder
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(folder: Path, size: str):
+    """A really small disk: a tmpfs of `size` (mount's words, "1m") at the new `folder`,
+    unmounted after; the test is skipped where mounting needs privileges it lacks."""
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(disk: Path, leave: int = 0) -> Path:
+    """Fill `disk` but for about `leave` bytes; the filler file."""
+    filler = disk / "filler"
+    info = os.statvfs(disk)
+    with open(filler, "wb") as f:
+        f.write(b"\0" * max(info.f_bavail * info.f_frsize - leave, 0))
+    return filler
 
 
 # ---------------------------------------------------------------------------------------------

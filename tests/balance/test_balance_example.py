@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "balance_dataloader.py"
+EXAMPLE = REPO / "examples" / "balance_dataloader.py"
 
 
 @pytest.mark.slow  # imports mace and trains a tiny model: about 30 s of CPU

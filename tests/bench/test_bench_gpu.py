@@ -22,8 +22,6 @@ from cfmtrain.graphs.split import load_split
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.sources.mini import subset_counts
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def bench_gpu(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cfmtrain", "bench", "gpu", *args], cwd=cwd,

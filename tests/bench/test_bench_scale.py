@@ -13,10 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from helpers import REPO
 
 from cfmtrain.bench.scale import COLUMNS, STAGES
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
@@ -56,12 +55,12 @@ def test_scale_bench_on_a_small_count(tmp_path):
 def test_the_scale_target_runs_the_pipelines_rules_and_collects_their_jobs(tmp_path):
     """`snakemake scale`: each count a data set of the pipeline's rules (one graph job per
     shard), trained briefly; the table's rows are the jobs' own benchmark records."""
-    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config["scale"] = {"graphs": [200, 300], "steps": 3, "shard_graphs": 100}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
     out = subprocess.run([sys.executable, "-m", "snakemake", "scale", "--cores", "2",
                           "--directory", str(tmp_path), "--configfile", str(tmp_path / "c.yaml")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900,
+                         cwd=REPO, capture_output=True, text=True, timeout=900,
                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
                               f"{os.environ['PATH']}"})  # the jobs' `python`: this one
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

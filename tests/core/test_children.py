@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from cfmtrain import children
 
-ROOT = Path(__file__).resolve().parents[2]
 SPIN = 'import time\nwhile True: time.sleep(0.01)'
 
 # a training that is no cfmtrain code: a child in a process group of its own (setsid, as torchrun
@@ -117,7 +117,7 @@ def test_trainings_in_turns_die_with_their_controller(tmp_path, signum):
     (tmp_path / "train.py").write_text(TRAINING)
     (tmp_path / "controller.py").write_text(CONTROLLER)
     proc = subprocess.Popen([sys.executable, str(tmp_path / "controller.py"),
-                             str(tmp_path / "train.py"), str(tmp_path)], cwd=ROOT)
+                             str(tmp_path / "train.py"), str(tmp_path)], cwd=REPO)
     tree: list[int] = []
     try:
         # a's training and its child stopped, b's running
@@ -135,7 +135,7 @@ def supervised_rank(tmp_path: Path) -> subprocess.Popen:
     (tmp_path / "holdrank.py").write_text(RANK)
     env = {**os.environ, "PYTHONPATH": with_path(tmp_path)}
     return subprocess.Popen([sys.executable, "-m", "cfmtrain", "launch", "--ranks", "1",
-                             "--module", "holdrank", "--", str(tmp_path / "ready")], cwd=ROOT,
+                             "--module", "holdrank", "--", str(tmp_path / "ready")], cwd=REPO,
                             env=env, stderr=subprocess.PIPE, text=True)
 
 
@@ -192,7 +192,7 @@ def test_torchruns_ranks_die_with_the_launcher(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     proc = subprocess.Popen([sys.executable, "-m", "cfmtrain.ranks.launch", "--ranks", "2",
                              "--threads", "1", "--module", "holdrank", "--",
-                             str(tmp_path / "ready")], cwd=ROOT,
+                             str(tmp_path / "ready")], cwd=REPO,
                             env={**env, "PYTHONPATH": with_path(tmp_path)})
     tree: list[int] = []
     try:
@@ -220,7 +220,7 @@ if __name__ == "__main__":
         pool.map_async(time.sleep, [600, 600], chunksize=1)
         time.sleep(600)
 """)
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO)
     tree: list[int] = []
     try:
         # multiprocessing's resource tracker and the 2 workers, one task each

@@ -19,10 +19,9 @@ import ase.io
 import numpy as np
 import pytest
 from ase import Atoms
+from helpers import REPO
 
 from cfmtrain import crash
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def cfmtrain(*args: str, **kwargs) -> subprocess.Popen:

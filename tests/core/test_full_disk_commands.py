@@ -5,39 +5,22 @@ naming the file not written and what is full, leave no temporary file, and print
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import ase.io
 import pytest
-from helpers import emt_frames, make_store
+from helpers import REPO, emt_frames, fill, make_store, mounted_tmpfs
 
-REPO = Path(__file__).resolve().parents[2]
 PAGE = 4096  # a tmpfs allocates whole pages
 
 
 @pytest.fixture
 def disk(tmp_path):
-    """A 1 MiB tmpfs at tmp_path/disk (skipped where mounting needs privileges we lack)."""
-    folder = tmp_path / "disk"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    """A 1 MiB tmpfs at tmp_path/disk."""
+    with mounted_tmpfs(tmp_path / "disk", "1m") as folder:
         yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
-def fill(disk: Path, leave: int = 0) -> None:
-    """Fill `disk` but for `leave` bytes."""
-    info = os.statvfs(disk)
-    with open(disk / "filler", "wb") as f:
-        f.write(b"\0" * max(info.f_bavail * info.f_frsize - leave, 0))
 
 
 def cfmtrain(*args: str) -> subprocess.CompletedProcess:

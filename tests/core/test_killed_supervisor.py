@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from cfmtrain.atomic import atomic_path
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parents[2]
+from cfmtrain.atomic import atomic_path
 
 
 def generate(out: Path, tmp: Path, *extra: str) -> subprocess.Popen:

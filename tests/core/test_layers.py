@@ -9,26 +9,27 @@ import sys
 import tomllib
 from pathlib import Path
 
+from helpers import REPO
+
 import cfmtrain
 
-ROOT = Path(__file__).resolve().parents[2]
-SRC = ROOT / "src" / "cfmtrain"
+SRC = REPO / "src" / "cfmtrain"
 
 
 def contract_layers() -> list[list[str]]:
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
     (contract,) = config["tool"]["importlinter"]["contracts"]
     return [re.split(r"\s*[|:]\s*", layer.strip()) for layer in contract["layers"]]
 
 
 def test_the_contract_is_kept():
     lint = Path(sys.executable).with_name("lint-imports")
-    done = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([str(lint)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "KEPT" in done.stdout, done.stdout + done.stderr
 
 
 def test_the_readme_layout_lists_the_contract_layers_in_order():
-    text = (ROOT / "README.md").read_text()
+    text = (REPO / "README.md").read_text()
     table = text.split("## Layout", 1)[1].split("\n\n", 3)[2]
     rows = [re.findall(r"`([a-z_]+)`", line.split("|")[1]) for line in table.splitlines()[2:]]
     layers = [layer for layer in contract_layers() if layer != ["__main__"]]

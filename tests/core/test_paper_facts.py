@@ -4,9 +4,9 @@ scale, model size, graph count, timings or variant names, and the schema's defau
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import yaml
+from helpers import REPO
 
 from cfmtrain import paper
 from cfmtrain.plots import common
@@ -14,8 +14,7 @@ from cfmtrain.simulate import versus_paper
 from cfmtrain.simulate.settings import DEFAULT_RANKS, SimulateSettings
 from cfmtrain.train.config import TrainConfig
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "src/cfmtrain"
+PACKAGE = REPO / "src/cfmtrain"
 # the paper's numbers no other module may write (4.69 as in "4.69M", 0.865 its efficiency)
 NUMBERS = {paper.PAPER_RANKS, paper.PAPER_PARAMETERS, paper.PAPER_GRAPHS, 4.69, 4.69e6,
            2.65e6, paper.STRONG_EFFICIENCY}
@@ -58,7 +57,7 @@ def test_no_module_but_paper_restates_the_papers_facts():
     for path in sorted(PACKAGE.rglob("*.py")):
         if path == PACKAGE / "paper.py":
             continue
-        found += [f"{path.relative_to(ROOT)} {o}" for o in offences(path.read_text())]
+        found += [f"{path.relative_to(REPO)} {o}" for o in offences(path.read_text())]
     assert not found, "import these from cfmtrain.paper:\n" + "\n".join(found)
 
 
@@ -108,7 +107,7 @@ def _empty_strong():
 
 
 def test_the_schema_defaults_are_the_papers():
-    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     props = schema["properties"]
     simulate = SimulateSettings()  # the schema's simulate settings have no defaults of their own
     expected = {"total_graphs": paper.PAPER_GRAPHS, "ranks": list(DEFAULT_RANKS),

@@ -15,11 +15,11 @@ import shlex
 import subprocess
 import sys
 import typing
-from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
+from helpers import REPO
 
 from cfmtrain import config_sections, settings
 from cfmtrain.bench import accuracy, balance, graphs, kernels, loader
@@ -33,8 +33,7 @@ from cfmtrain.sweep import cli as sweep_cli
 from cfmtrain.sweep.settings import SweepSettings
 from cfmtrain.typed import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
 # each settings section's keys that are the workflow's own (which data set, which variants)
 WORKFLOW_KEYS = {"simulate": {"dataset", "variants", "measured_ranks"}, "sweep": {"dataset"},
                  "accuracy": {"datasets"}, "scale": set(), "bench": set()}
@@ -311,7 +310,7 @@ def test_each_rule_passes_its_config_section_as_its_settings(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--forceall", "--printshellcmds", "--cores",
          "2", *(t for t, _ in TARGETS.values()), "--configfile", str(overlay)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = {}
     for line in result.stdout.splitlines():  # each command's words after its name

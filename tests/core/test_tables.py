@@ -34,10 +34,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import REPO
 
 from cfmtrain.tables import Record, read_table, records, write_table
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+SRC = REPO / "src"
 PANDAS_COLUMN_CALLS = {"groupby", "sort_values", "set_index", "drop_duplicates", "duplicated",
                        "drop", "merge", "pivot_table", "reindex", "get"}
 COLUMN_KEYWORDS = {"columns", "on", "by", "subset", "usecols", "fieldnames"}

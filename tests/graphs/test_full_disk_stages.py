@@ -8,13 +8,11 @@ import resource
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import ase.io
 from ase.build import bulk
 from ase.calculators.emt import EMT
-
-REPO = Path(__file__).resolve().parents[2]
+from helpers import REPO
 
 
 def frames(n: int) -> list:

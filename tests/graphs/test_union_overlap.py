@@ -11,7 +11,7 @@ from pathlib import Path
 import ase.io
 import numpy as np
 import pytest
-from helpers import emt_frames
+from helpers import REPO, emt_frames
 
 from cfmtrain.graphs import split
 from cfmtrain.graphs.build import build_shard
@@ -102,7 +102,7 @@ def test_a_member_listed_twice_is_refused_by_the_dry_run(tmp_path):
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[2]
+    root = REPO
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text("datasets:\n  other: {kind: generated, scale: 0.05, seed: 1, shards: 1}\n"
                        "  both: {kind: union, members: [mini, other, mini]}\n"

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import REPO
 
 
 def test_conda_env_matches_pyproject():
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    env = yaml.safe_load((ROOT / "envs" / "cfmtrain.yaml").read_text())
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    env = yaml.safe_load((REPO / "envs" / "cfmtrain.yaml").read_text())
     pip_lists = [d["pip"] for d in env["dependencies"] if isinstance(d, dict)]
     assert len(pip_lists) == 1
     assert sorted(pip_lists[0]) == sorted(deps)
@@ -25,7 +24,7 @@ def test_conda_env_matches_pyproject():
 
 # --- conda deployment: Snakemake runs envs/cfmtrain.post-deploy.sh in each new environment ---
 
-POST_DEPLOY = ROOT / "envs" / "cfmtrain.post-deploy.sh"
+POST_DEPLOY = REPO / "envs" / "cfmtrain.post-deploy.sh"
 
 
 def _fake_clone(path: Path) -> Path:
@@ -59,8 +58,8 @@ def workflow():
 
     with SnakemakeApi() as api:
         yield api.workflow(resource_settings=ResourceSettings(cores=1),
-                           config_settings=ConfigSettings(), snakefile=ROOT / "Snakefile",
-                           workdir=ROOT)._workflow
+                           config_settings=ConfigSettings(), snakefile=REPO / "Snakefile",
+                           workdir=REPO)._workflow
 
 
 def test_post_deploy_script_is_valid_bash_next_to_the_env_file(workflow, tmp_path):
@@ -68,14 +67,14 @@ def test_post_deploy_script_is_valid_bash_next_to_the_env_file(workflow, tmp_pat
     from snakemake.deployment.conda import Env
 
     # Snakemake's own look-up of the script that belongs to the env file
-    env = Env(workflow, env_file=str(ROOT / "envs" / "cfmtrain.yaml"), envs_dir=str(tmp_path))
+    env = Env(workflow, env_file=str(REPO / "envs" / "cfmtrain.yaml"), envs_dir=str(tmp_path))
     assert Path(env.post_deploy_file.get_path_or_uri(secret_free=True)) == POST_DEPLOY
 
 
 def test_post_deploy_installs_the_repository_of_the_script(tmp_path):
     result, args = _post_deploy(POST_DEPLOY, tmp_path, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert args == ["install", "--no-build-isolation", "-e", str(ROOT)]
+    assert args == ["install", "--no-build-isolation", "-e", str(REPO)]
 
 
 def test_post_deploy_copy_finds_the_working_directory_clone(tmp_path):
@@ -122,7 +121,7 @@ def test_every_rule_that_runs_cfmtrain_declares_the_env(workflow):
     for rule in commands:
         assert rule.conda_env, f"rule {rule.name} has no conda: environment"
         env = (Path(rule.snakefile).parent / rule.conda_env).resolve()
-        assert env == ROOT / "envs" / "cfmtrain.yaml", (rule.name, env)
+        assert env == REPO / "envs" / "cfmtrain.yaml", (rule.name, env)
     # the rest are targets: inputs only, nothing to run
     assert all(r.norun for r in rules if r not in commands)
 
@@ -132,7 +131,7 @@ def test_every_rule_that_runs_cfmtrain_declares_the_env(workflow):
 def _make_test(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, str]:
     """`make test` on a copy of the Makefile whose scripts and tools only log their call; the
     Slurm installer fails as it does without root."""
-    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
     log = tmp_path / "calls.log"
     stubs = {"scripts/setup.sh": "echo setup", "scripts/slurm/install.sh": "echo slurm; exit 1",
              ".venv/bin/ruff": "echo ruff", ".venv/bin/lint-imports": "echo lint-imports",
@@ -171,8 +170,8 @@ def _setup_copy(tmp_path: Path) -> Path:
     for rel in ("scripts/setup.sh", "scripts/setup_inputs.sh", "pyproject.toml", "setup.py",
                 "envs/torch-constraints.txt"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / rel, tmp_path / rel)
-    shutil.copytree(ROOT / "kernels", tmp_path / "kernels",
+        shutil.copy(REPO / rel, tmp_path / rel)
+    shutil.copytree(REPO / "kernels", tmp_path / "kernels",
                     ignore=shutil.ignore_patterns("__pycache__"))
     python = tmp_path / ".venv" / "bin" / "python"
     python.parent.mkdir(parents=True)

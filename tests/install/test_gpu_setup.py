@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import REPO
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parents[2]
 PIN = "torch==2.13.0"
 
 
@@ -29,7 +29,7 @@ def plan(build: str | None) -> subprocess.CompletedProcess:
     env.pop("CFMTRAIN_TORCH", None)
     if build is not None:
         env["CFMTRAIN_TORCH"] = build
-    return subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run(["bash", "scripts/setup.sh"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=60)
 
 
@@ -65,8 +65,8 @@ def test_setup_refuses_an_unknown_build():
 
 
 def test_the_constraint_is_pyprojects_torch():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    constraints = [line for line in (ROOT / "envs/torch-constraints.txt").read_text().splitlines()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    constraints = [line for line in (REPO / "envs/torch-constraints.txt").read_text().splitlines()
                    if line and not line.startswith("#")]
     assert constraints == [PIN]
     assert PIN in project["project"]["dependencies"]
@@ -75,7 +75,7 @@ def test_the_constraint_is_pyprojects_torch():
 
 def test_make_gpu_wheels_runs_the_download_script():
     result = subprocess.run(["make", "-n", "gpu-wheels", "PYTHON_VERSION=3.11", "CUDA=cu13",
-                             "GPU_WHEELS=somewhere"], cwd=ROOT, capture_output=True, text=True)
+                             "GPU_WHEELS=somewhere"], cwd=REPO, capture_output=True, text=True)
     recipe = result.stdout.replace("\\\n", " ").splitlines()[-1]
     assert shlex.split(recipe) == ["python", "scripts/gpu_wheels.py", "--python-version", "3.11",
                                    "--cuda", "cu13", "--dest", "somewhere"]
@@ -89,12 +89,12 @@ def test_make_gpu_check_runs_bench_gpu_in_the_node_venv_else_in_dot_venv(tmp_pat
     python.write_text('#!/bin/sh\necho "$@"\n')
     python.chmod(0o755)
     ran = subprocess.run(["make", "--no-print-directory", "gpu-check",
-                          f"GPU_VENV={tmp_path / 'gpu'}"], cwd=ROOT, capture_output=True,
+                          f"GPU_VENV={tmp_path / 'gpu'}"], cwd=REPO, capture_output=True,
                          text=True, timeout=60)
     assert ran.stdout.splitlines() == [f"{python} -m cfmtrain bench gpu",
                                        "-m cfmtrain bench gpu"]
     planned = subprocess.run(["make", "-n", "gpu-check", f"GPU_VENV={tmp_path / 'none'}"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
     assert "py=python; fi" in planned.stdout and "$py -m cfmtrain bench gpu" in planned.stdout
 
 
@@ -128,7 +128,7 @@ def test_offline_wheels_set_a_node_venv_up_without_the_extension(tmp_path):
     wheels = tmp_path / "wheels"
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     done = subprocess.run([sys.executable, "scripts/gpu_wheels.py", "--python-version", version,
-                           "--cuda", "cu12", "--dest", str(wheels)], cwd=ROOT,
+                           "--cuda", "cu12", "--dest", str(wheels)], cwd=REPO,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     names = [p.name.lower() for p in wheels.glob("*.whl")]
@@ -147,7 +147,7 @@ def test_offline_wheels_set_a_node_venv_up_without_the_extension(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "CFMTRAIN_"))}
     env["PIP_CONFIG_FILE"] = os.devnull  # no index, no find-links but the wheels folder
     env["PYTHON"] = str(node)
-    done = subprocess.run(["bash", "scripts/gpu_node_setup.sh", str(wheels), str(venv)], cwd=ROOT,
+    done = subprocess.run(["bash", "scripts/gpu_node_setup.sh", str(wheels), str(venv)], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "cfmtrain ready on" in done.stdout
@@ -157,7 +157,7 @@ def test_offline_wheels_set_a_node_venv_up_without_the_extension(tmp_path):
                             "__file__, torch.__file__, mace.__file__, os.environ.get("
                             "'CFMTRAIN_NO_EXTENSION'))"], env=env, capture_output=True,
                            text=True, check=True).stdout.split()
-    assert where[0].startswith(str(ROOT / "src")) and where[1].startswith(str(tmp_path / "node"))
+    assert where[0].startswith(str(REPO / "src")) and where[1].startswith(str(tmp_path / "node"))
     assert where[2].startswith(str(venv)) and where[3] == "1"
     done = subprocess.run([python, "-m", "cfmtrain", "bench", "gpu"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)

@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import COMMON
-
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import COMMON, REPO
 
 CHECKS = r'''
 import importlib, pkgutil, sys, warnings
@@ -71,7 +69,7 @@ print("checked")
 
 @pytest.mark.slow
 def test_a_copy_without_compiled_files_imports_refuses_the_cpu_kernels_and_runs_cueq(tmp_path):
-    shutil.copytree(ROOT / "src", tmp_path / "src",
+    shutil.copytree(REPO / "src", tmp_path / "src",
                     ignore=shutil.ignore_patterns("*.so", "__pycache__", "*.egg-info"))
     assert not list((tmp_path / "src").rglob("*.so"))
     env = {k: v for k, v in os.environ.items() if k != "CFMTRAIN_NO_EXTENSION"}

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import setuptools
 import torch
+from helpers import REPO
 
 import cfmtrain.kernels.conv  # noqa: F401  (loads the conv's op library, and the dense products')
 import cfmtrain.kernels.radial  # noqa: F401  (loads the radial MLP's op library)
@@ -26,11 +27,10 @@ from cfmtrain.kernels.backend import load_ops
 
 pytestmark = pytest.mark.slow  # a fresh interpreter per library variant
 
-ROOT = Path(__file__).resolve().parents[2]
 # the ops this test file loads
 OPS = ("channelwise_conv", "dense_mm", "radial_mlp", "silu", "symmetric_contraction")
 LIBRARIES = tuple(f"cfmtrain._ops_{op}" for op in OPS)
-ALL_LIBRARIES = tuple(sorted(f"cfmtrain._ops_{p.stem}" for p in (ROOT / "kernels").glob("*.cpp")))
+ALL_LIBRARIES = tuple(sorted(f"cfmtrain._ops_{p.stem}" for p in (REPO / "kernels").glob("*.cpp")))
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")
 # the libraries with the runtime-dispatched AVX-512 product (kernels/common/gemm.h)
 GEMM_LIBRARIES = tuple(f"cfmtrain._ops_{op}"
@@ -43,14 +43,14 @@ def setup_extensions(monkeypatch, machine: str, arch: str | None,
     name, with their C++ compiler flags (setup() itself is not run; its keyword arguments go to
     `captured` when given)."""
     captured = {} if captured is None else captured
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(REPO)
     monkeypatch.setattr(setuptools, "setup", lambda **kwargs: captured.update(kwargs))
     monkeypatch.setattr(platform, "machine", lambda: machine)
     if arch is None:
         monkeypatch.delenv(isa.ENV, raising=False)
     else:
         monkeypatch.setenv(isa.ENV, arch)
-    runpy.run_path(str(ROOT / "setup.py"))
+    runpy.run_path(str(REPO / "setup.py"))
     flags = {}
     for ext in captured["ext_modules"]:
         args = ext.extra_compile_args
@@ -90,7 +90,7 @@ def test_setup_builds_in_parallel_largest_first_without_debug_info(monkeypatch):
     assert all("-g0" in args for args in exts.values())
     balance = next(e for e in captured["ext_modules"] if e.name == "cfmtrain._balance")
     assert "-g0" in balance.extra_compile_args
-    sizes = [sum(os.path.getsize(ROOT / src) for src in e.sources) for e in captured["ext_modules"]]
+    sizes = [sum(os.path.getsize(REPO / src) for src in e.sources) for e in captured["ext_modules"]]
     assert sizes == sorted(sizes, reverse=True)
     assert captured["ext_modules"][0].name.startswith("cfmtrain._ops_channelwise_conv")
 

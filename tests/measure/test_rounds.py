@@ -15,11 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import COMMON
+from helpers import COMMON, REPO
 
 from cfmtrain.paper import ABLATION
 
-ROOT = Path(__file__).resolve().parents[2]
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
 
 
@@ -30,7 +29,7 @@ def rounds(data, out: Path, *options: str, ranks: int = 2) -> subprocess.Complet
     for setting in (*COMMON, "epochs=3"):
         argv += ["--set", setting]
     argv += options  # after the settings: a --set here wins
-    return subprocess.run(argv, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    return subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=900)
 
 
 @pytest.mark.dist

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import COMMON
+from helpers import COMMON, REPO
 
 from cfmtrain.measure import repeats
 from cfmtrain.ranks import contention
 from cfmtrain.ranks.launch import completed_run
 from cfmtrain.train import cli as train_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 LIMITS = contention.Thresholds(max_wall_cpu_ratio=1.15, max_steal_fraction=0.02)
 
 
@@ -221,7 +220,7 @@ ENV = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
 
 def cell(data, out: Path, *settings: str, **options) -> subprocess.CompletedProcess:
     """Run `cell_argv` to its end."""
-    return subprocess.run(cell_argv(data, out, *settings, **options), cwd=ROOT, env=ENV,
+    return subprocess.run(cell_argv(data, out, *settings, **options), cwd=REPO, env=ENV,
                           capture_output=True, text=True, timeout=900)
 
 
@@ -296,7 +295,7 @@ def test_a_repeat_stopped_part_way_fails_the_cell_and_continues_in_the_next(data
 @pytest.mark.slow
 def test_sigterm_reaches_the_repeat_which_checkpoints(data, tmp_path):
     out = tmp_path / "cell"
-    proc = subprocess.Popen(cell_argv(data, out, "epochs=200"), cwd=ROOT, env=ENV,
+    proc = subprocess.Popen(cell_argv(data, out, "epochs=200"), cwd=REPO, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300

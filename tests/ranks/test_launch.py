@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from cfmtrain.malloc_env import MALLOC_ENV
 from cfmtrain.ranks.launch import launch_mode, plan
 
-ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["train", "--config", "run.yaml"]
 BATCH = {"SLURM_JOB_ID": "77", "SLURM_NTASKS": "2", "SLURM_PROCID": "0", "SLURM_CPUS_PER_TASK": "4",
          "SLURM_MEM_PER_CPU": "100", "SLURM_CONF": "/etc/slurm/x.conf", "PATH": "/bin"}
@@ -79,7 +79,7 @@ def test_bad_counts_are_refused(ranks, threads):
 
 def launch(*args: str, **kwargs) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    return subprocess.Popen([sys.executable, "-m", "cfmtrain", "launch", *args], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "cfmtrain", "launch", *args], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             **kwargs)
 

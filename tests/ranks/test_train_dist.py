@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import free_port, rank_env
+from helpers import REPO, free_port, rank_env
 
 pytestmark = pytest.mark.dist  # two gloo ranks in their own processes
 
-REPO = Path(__file__).resolve().parents[2]
 BATCHES = [[0], [1, 2, 4]]  # training positions per rank: 1 graph vs 3 (uneven)
 STRESS_WEIGHT = 10.0
 

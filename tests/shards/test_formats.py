@@ -23,6 +23,7 @@ import yaml
 from ase import Atoms
 from ase.calculators.singlepoint import SinglePointCalculator
 from ase.io.formats import ioformats
+from helpers import REPO
 from test_convert import ASE_KEYS, mptrj_fixture, sample_frames
 
 from cfmtrain import docs
@@ -35,8 +36,7 @@ from cfmtrain.shards.convert import convert, convert_own
 from cfmtrain.shards.registered import expand_inputs
 from cfmtrain.train.config import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+DEFAULT = yaml.safe_load((REPO / "config/config.yaml").read_text())
 DEFAULT.setdefault("split", {}).setdefault("seed", 0)
 # suffixes a second table would hold: every row, ASE's extensions and format names, near misses
 CANDIDATES = sorted({*FORMATS, *(s.upper() for s in FORMATS),
@@ -216,14 +216,14 @@ def descriptions(node: object) -> Iterator[str]:
 
 
 def test_no_second_list_of_suffixes(tmp_path):
-    table = ROOT / "src/cfmtrain/frames/formats.py"
-    python = [p for p in (ROOT / "src/cfmtrain").rglob("*.py") if p != table]
-    found = {str(p.relative_to(ROOT)): hits for p in python
+    table = REPO / "src/cfmtrain/frames/formats.py"
+    python = [p for p in (REPO / "src/cfmtrain").rglob("*.py") if p != table]
+    found = {str(p.relative_to(REPO)): hits for p in python
              if (hits := second_lists(p.read_text()))}
-    rules = [ROOT / "Snakefile", *(ROOT / "workflow").rglob("*.smk")]
-    found |= {str(p.relative_to(ROOT)): [line.strip() for line in p.read_text().splitlines()
+    rules = [REPO / "Snakefile", *(REPO / "workflow").rglob("*.smk")]
+    found |= {str(p.relative_to(REPO)): [line.strip() for line in p.read_text().splitlines()
                                          if len(suffix_tokens(line)) >= 2] for p in rules}
-    schema = yaml.safe_load((ROOT / docs.SCHEMA).read_text())
+    schema = yaml.safe_load((REPO / docs.SCHEMA).read_text())
     found["schema"] = [d[:80] for d in descriptions(schema) if len(suffix_tokens(d)) >= 2]
     assert {k: v for k, v in found.items() if v} == {}
     assert docs.FORMATS_FIELD in str(schema["properties"]["datasets"])

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from ase.build import molecule
 from ase.calculators.emt import EMT
-from helpers import COMMON, CUTOFF, train
+from helpers import COMMON, CUTOFF, REPO, train
 
 from cfmtrain.config_check import check_workflow_config
 from cfmtrain.evaluate.errors import error_rows
@@ -33,8 +33,7 @@ from cfmtrain.train import cli
 from cfmtrain.train.config import ConfigError
 from cfmtrain.train.model import load_user_model
 
-ROOT = Path(__file__).resolve().parents[2]
-OWN = ROOT / "examples/own_data/cuni_emt.xyz"
+OWN = REPO / "examples/own_data/cuni_emt.xyz"
 OWN_KEYS = LabelKeys.from_mapping({"forces": "force", "virial": "virial"})
 REPLAY_BOUND = 1.10  # replay: mini's validation force MAE after <= 1.10x the foundation's
 FOUNDATION = ["epochs=16", "keep_best=true", "stage_two.enabled=true",
@@ -178,7 +177,7 @@ def test_refusals_name_the_model_file_and_the_mismatch(stores, foundation, tmp_p
     assert e0s["method"].startswith("data")
 
 
-DEFAULT = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+DEFAULT = yaml.safe_load((REPO / "config/config.yaml").read_text())
 
 
 def config_with(model: dict, e0s=None, cutoff: float = 4.5) -> dict:

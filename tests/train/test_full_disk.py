@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import COMMON, REPO, train
+from helpers import COMMON, REPO, fill, mounted_tmpfs, train
 from test_resume_end import assert_same_outputs
 
 from cfmtrain.train.checkpoint import CHECKPOINT, PREVIOUS, load_checkpoint, save_checkpoint
@@ -28,26 +28,9 @@ FIELDS = ("epoch", "loss")
 
 @pytest.fixture
 def tmpfs(tmp_path):
-    """A 2 MiB tmpfs at tmp_path/disk (skipped where mounting needs privileges we lack)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    """A 2 MiB tmpfs at tmp_path/disk."""
+    with mounted_tmpfs(tmp_path / "disk", "2m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
-
-
-def fill(disk: Path, leave: int = 0) -> Path:
-    """Fill `disk` but for about `leave` bytes; the filler file."""
-    filler = disk / "filler"
-    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
-    with open(filler, "wb") as f:
-        f.write(b"\0" * max(free - leave, 0))
-    return filler
 
 
 def existing(folder: Path) -> dict[str, bytes]:

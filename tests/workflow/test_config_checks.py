@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import REPO
 
 from cfmtrain.config_check import check_workflow_config
 from cfmtrain.train.config import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+DEFAULT = yaml.safe_load((REPO / "config/config.yaml").read_text())
 DEFAULT.setdefault("split", {}).setdefault("seed", 0)
 
 
@@ -151,7 +151,7 @@ def merged(base: dict, overlay: dict) -> dict:
 
 def test_the_shipped_configs_pass():
     check_workflow_config(DEFAULT)
-    paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    paper = yaml.safe_load((REPO / "config/paper.yaml").read_text())
     check_workflow_config(merged(DEFAULT, paper))
 
 
@@ -222,6 +222,6 @@ def test_the_dry_run_refuses_before_any_job(tmp_path, overlay, message):
     path = tmp_path / "overlay.yaml"
     path.write_text(overlay)
     result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(path)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     assert message in result.stdout + result.stderr

@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from helpers import REPO
 
 from cfmtrain import docs
 from cfmtrain.bench.cli import BENCHMARKS
@@ -29,8 +30,7 @@ from cfmtrain.bench.loader import OURS
 from cfmtrain.cli import COMMANDS
 from cfmtrain.train.config import TrainConfig, load_config
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
 
 
@@ -57,14 +57,14 @@ def command_id(command: str) -> str:
 def test_generated_parts_are_up_to_date(capsys):
     """README's results table, docs/benchmarks.md, docs/configuration.md and config/README.md
     are exactly what `cfmtrain docs` writes from the committed reference CSVs and the schema."""
-    assert docs.main(["--check", "--root", str(ROOT)]) == 0, capsys.readouterr().out
+    assert docs.main(["--check", "--root", str(REPO)]) == 0, capsys.readouterr().out
 
 
 def test_readme_results_table_is_generated():
-    text = (ROOT / "README.md").read_text()
+    text = (REPO / "README.md").read_text()
     block = re.search(r"<!-- cfmtrain docs: results -->\n(.*?)\n<!-- cfmtrain docs: end -->",
                       text, re.S).group(1)
-    assert block == docs.results_table(ROOT)
+    assert block == docs.results_table(REPO)
     assert block.count("\n| ") - 1 == len(docs.RESULTS) <= 10  # one row per result, a header
 
 
@@ -78,13 +78,13 @@ def test_results_without_a_csv_say_how_to_measure_them(tmp_path):
 
 
 def test_reference_csvs_are_small_and_named_by_the_table():
-    folder = ROOT / docs.REFERENCE
+    folder = REPO / docs.REFERENCE
     known = {r.csv for r in (*docs.RESULTS, docs.HOST, docs.VERSUS_PAPER, *docs.TUTORIAL)} | {
         docs.MANIFEST.name}
     files = {p.name for p in folder.iterdir()}
     assert files <= known, files - known
     assert all((folder / f).stat().st_size < 64_000 for f in files)
-    manifest = pd.read_csv(ROOT / docs.MANIFEST, dtype=str)
+    manifest = pd.read_csv(REPO / docs.MANIFEST, dtype=str)
     assert sorted(manifest.file) == sorted(files - {docs.MANIFEST.name})
     assert manifest.file.is_unique and not manifest.isna().any().any()
 
@@ -143,8 +143,8 @@ def training_keys(cls: type = TrainConfig, prefix: str = "") -> list[str]:
 
 @pytest.mark.parametrize("reference", ["docs/configuration.md"])
 def test_every_schema_and_training_key_is_in_the_reference(reference):
-    text = (ROOT / reference).read_text()
-    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    text = (REPO / reference).read_text()
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     keys = schema_keys(schema) + training_keys()
     assert len(keys) > 100
     missing = [key for key in keys if f"| `{key}` |" not in text]
@@ -160,7 +160,7 @@ def slug(heading: str) -> str:
 
 
 def test_readme_is_short_and_its_first_screen_finds_every_common_task():
-    lines = (ROOT / "README.md").read_text().splitlines()
+    lines = (REPO / "README.md").read_text().splitlines()
     assert len(lines) <= 250
     first_screen = "\n".join(lines[:30])
     for anchor in ("your-own-data", "on-a-slurm-cluster", "re-running-one-ablation-target",
@@ -170,11 +170,11 @@ def test_readme_is_short_and_its_first_screen_finds_every_common_task():
 
 
 def test_readme_layout_lists_the_rooms_in_the_contracts_order():
-    contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    contract = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
     layers = contract["contracts"][0]["layers"]
     rooms = [room.strip() for layer in layers if layer != "__main__"
              for room in re.split(r"[|:]", layer)]
-    text = (ROOT / "README.md").read_text()
+    text = (REPO / "README.md").read_text()
     layout = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
     positions = [layout.find(f"`{room}`") for room in rooms]
     assert -1 not in positions, [r for r, p in zip(rooms, positions, strict=True) if p < 0]
@@ -184,16 +184,16 @@ def test_readme_layout_lists_the_rooms_in_the_contracts_order():
 def test_no_run_logs_in_the_documentation():
     """No session labels or issue numbers where users read (the check of the docs issue)."""
     pattern = re.compile(r"session|issue #|#1[0-9]\b", re.I)
-    files = [*PAGES, *(ROOT / "config").glob("*.yaml"), ROOT / "config/README.md",
-             *(ROOT / "src").rglob("*.py")]
-    hits = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for path in files
+    files = [*PAGES, *(REPO / "config").glob("*.yaml"), REPO / "config/README.md",
+             *(REPO / "src").rglob("*.py")]
+    hits = [f"{path.relative_to(REPO)}:{n}: {line.strip()}" for path in files
             for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert hits == []
 
 
 def test_license_and_citation():
-    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
-    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert (REPO / "LICENSE").read_text().startswith("MIT License")
+    citation = yaml.safe_load((REPO / "CITATION.cff").read_text())
     assert citation["cff-version"] == "1.2.0" and citation["license"] == "MIT"
     paper = citation["preferred-citation"]
     assert paper["year"] == 2025 and paper["authors"][0]["family-names"] == "Firoz"
@@ -204,7 +204,7 @@ def test_bench_help_lists_every_benchmark():
     result = subprocess.run([sys.executable, "-m", "cfmtrain", "bench", "--help"],
                             capture_output=True, text=True, timeout=300, env=ENV)
     assert result.returncode == 0, result.stderr
-    page = (ROOT / "docs/benchmarks.md").read_text()
+    page = (REPO / "docs/benchmarks.md").read_text()
     for name in BENCHMARKS:
         assert name in result.stdout and f"| `{name}` |" in page, name
 
@@ -227,12 +227,12 @@ def parse_cfmtrain(words: list[str]) -> argparse.Namespace:
 
 
 def make_targets() -> set[str]:
-    return set(re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M))
+    return set(re.findall(r"^([a-z][a-z-]*):", (REPO / "Makefile").read_text(), re.M))
 
 
 def make_variables() -> set[str]:
     """The variables the Makefile lets a caller set (`NAME ?= default`)."""
-    return set(re.findall(r"^([A-Z_]+) \?=", (ROOT / "Makefile").read_text(), re.M))
+    return set(re.findall(r"^([A-Z_]+) \?=", (REPO / "Makefile").read_text(), re.M))
 
 
 def without_env(words: list[str]) -> tuple[dict, list[str]]:
@@ -265,13 +265,13 @@ def test_command_is_known_and_parses(command):
         assert all(str(g).startswith("results/graphs/") for g in stores), stores
     elif words[:3] == ["python", "-m", "pytest"]:
         files = [w for w in words[3:] if not w.startswith("-")]
-        assert files and all((ROOT / f).is_file() for f in files), files
+        assert files and all((REPO / f).is_file() for f in files), files
     elif words[0] == "bash":
-        assert (ROOT / words[1]).is_file()
-        assert subprocess.run(["bash", "-n", ROOT / words[1]]).returncode == 0
+        assert (REPO / words[1]).is_file()
+        assert subprocess.run(["bash", "-n", REPO / words[1]]).returncode == 0
     elif words[0] == "source":  # the environment file the local Slurm cluster writes
         assert words[1] == ".slurm/env.sh"
-        start = (ROOT / "scripts/slurm/start.sh").read_text()
+        start = (REPO / "scripts/slurm/start.sh").read_text()
         assert '"${CFM_SLURM_DIR:-.slurm}"' in start and '> "$state/env.sh"' in start
     elif words[:2] == ["python", "examples/make_own_data.py"]:
         pass  # run by test_example_data_is_what_its_script_writes
@@ -299,13 +299,13 @@ def test_snakemake_command_plans(command):
         pytest.skip("the real DFT data (../shared): planned by tests/workflow/test_own_files.py")
     if "examples/fine_tune.yaml" in words:
         pytest.skip("needs the foundation's model: planned by tests/workflow/test_tutorial.py")
-    result = subprocess.run([sys.executable, "-m", "snakemake", *words], cwd=ROOT, env=ENV,
+    result = subprocess.run([sys.executable, "-m", "snakemake", *words], cwd=REPO, env=ENV,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
 def test_docs_cli_runs_as_shown(capsys):
-    assert docs.main(["--check", "--root", str(ROOT)]) == 0
+    assert docs.main(["--check", "--root", str(REPO)]) == 0
     assert "up to date" in capsys.readouterr().out
 
 
@@ -314,10 +314,10 @@ def test_docs_cli_runs_as_shown(capsys):
 
 def test_example_data_is_what_its_script_writes(tmp_path):
     result = subprocess.run([sys.executable, "examples/make_own_data.py", "--output", tmp_path],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300, env=ENV)
+                            cwd=REPO, capture_output=True, text=True, timeout=300, env=ENV)
     assert result.returncode == 0, result.stderr
     for name in ("cuni_emt.xyz", "isolated_atoms.xyz"):
-        assert filecmp.cmp(tmp_path / name, ROOT / "examples/own_data" / name, shallow=False)
+        assert filecmp.cmp(tmp_path / name, REPO / "examples/own_data" / name, shallow=False)
 
 
 @pytest.mark.slow
@@ -325,14 +325,14 @@ def test_balance_example_runs():
     lines = [c for c in commands() if c.startswith("python examples/balance_dataloader.py")]
     assert lines
     for line in lines:
-        result = subprocess.run(shlex.split(line), cwd=ROOT, capture_output=True, text=True,
+        result = subprocess.run(shlex.split(line), cwd=REPO, capture_output=True, text=True,
                                 timeout=600, env=ENV)
         assert result.returncode == 0, result.stderr[-3000:]
 
 
 def test_own_data_snippet_is_the_example_config():
     texts = [text for page, text in blocks("yaml") if "examples/own_data/" in text]
-    assert texts == [(ROOT / "examples/own_data.yaml").read_text()]
+    assert texts == [(REPO / "examples/own_data.yaml").read_text()]
 
 
 @pytest.mark.workflow
@@ -342,7 +342,7 @@ def test_own_data_example_builds_its_graphs(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
     for name in ("Snakefile", "workflow", "profiles", "config", "examples"):
-        (repo / name).symlink_to(ROOT / name)
+        (repo / name).symlink_to(REPO / name)
     lines = [c for c in SNAKEMAKE if "examples/own_data.yaml" in c
              and " model " not in c]  # the model target's: tests/workflow/test_tutorial.py
     assert len(lines) == 2
@@ -358,8 +358,8 @@ def test_own_data_example_builds_its_graphs(tmp_path):
 
 
 def yaml_kind(data: dict) -> str:
-    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
-    profiles = [yaml.safe_load(p.read_text()) for p in (ROOT / "profiles").glob("*/config.yaml")]
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    profiles = [yaml.safe_load(p.read_text()) for p in (REPO / "profiles").glob("*/config.yaml")]
     if set(data) <= set(schema["properties"]):
         return "config"
     if set(data) <= set(vars(TrainConfig())):
@@ -374,7 +374,7 @@ def test_yaml_snippet_is_valid(page, text, tmp_path):
     data = yaml.safe_load(text)
     kind = yaml_kind(data)
     if kind == "config":
-        schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+        schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
         jsonschema.validate(data, schema)
         settings = data.get("train", {}).get("settings")
         if settings:
@@ -406,15 +406,15 @@ def test_python_snippet_runs(page, code, model_folder):
 
 
 def test_every_page_is_in_the_site():
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
     listed = {next(iter(entry.values())) for entry in config["nav"]}
-    assert listed == {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert listed == {p.name for p in (REPO / "docs").glob("*.md")}
 
 
 @pytest.mark.slow
 def test_site_builds_strict(tmp_path):
     pytest.importorskip("mkdocs")
     result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
-                             tmp_path / "site"], cwd=ROOT, capture_output=True, text=True,
+                             tmp_path / "site"], cwd=REPO, capture_output=True, text=True,
                             timeout=600, env=ENV)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

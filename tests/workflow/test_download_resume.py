@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import REPO
 
 try:
     from http_server import FileServer, ServedFile
@@ -21,7 +22,6 @@ except ImportError:  # tests imported as a package
 
 pytestmark = pytest.mark.workflow  # runs Snakemake
 
-ROOT = Path(__file__).resolve().parents[2]
 CUT = 150_001
 
 # registers the entry `remote_test` (URL from the environment) in each Python the run starts
@@ -41,14 +41,14 @@ SITECUSTOMIZE = textwrap.dedent('''\
 
 def snakemake(workdir: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
+        [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
          "--directory", str(workdir), "--cores", "1", "results/downloads/remote"],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
-    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config["datasets"]["remote"] = {"kind": "download", "registry": "remote_test", "shards": 1}
     (tmp_path / "config").mkdir()
     (tmp_path / "config/config.yaml").write_text(yaml.safe_dump(config))

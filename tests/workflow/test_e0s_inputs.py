@@ -11,20 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import workflow_clone
 
-ROOT = Path(__file__).resolve().parents[2]
 CELL = "results/train/mini_s/kernel/r1/summary.json"
 GROUP = "results/train/mini_s/r1/paired.csv"
 
 
-def clone(folder: Path) -> Path:
-    """A stand-in for a fresh clone: the workflow, profiles and default config linked in."""
-    folder.mkdir(parents=True)
-    for name in ("Snakefile", "workflow", "profiles"):
-        (folder / name).symlink_to(ROOT / name)
-    (folder / "config").mkdir()
-    (folder / "config/config.yaml").symlink_to(ROOT / "config/config.yaml")
-    return folder
 
 
 def snakemake(repo: Path, *args: str) -> str:
@@ -51,7 +43,7 @@ def finished(repo: Path, targets: list[str]) -> None:
 @pytest.mark.workflow
 @pytest.mark.parametrize("key", ["e0s", "e0s_fixed"])
 def test_an_edited_e0s_file_makes_the_trainings_outdated(tmp_path, key):
-    repo = clone(tmp_path / "clone")
+    repo = workflow_clone(tmp_path / "clone")
     e0s = tmp_path / "e0s.json"
     e0s.write_text(json.dumps({"Cu": -3.5}))
     value = str(e0s) if key == "e0s" else [str(e0s)]

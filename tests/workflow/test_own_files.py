@@ -19,14 +19,13 @@ from ase import Atoms
 from ase.build import bulk, molecule
 from ase.calculators.emt import EMT
 from ase.calculators.singlepoint import SinglePointCalculator
+from helpers import REPO, workflow_clone
 
 from cfmtrain.frames.keys import LabelKeys, own_frame, virial_to_stress
 from cfmtrain.frames.validate import InvalidFrameError, check_frame, frame_labels
 from cfmtrain.graphs.store import GraphStore
 from cfmtrain.readers.own import parse_keys
 from cfmtrain.shards.convert import convert_own
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def labelled(atoms: Atoms) -> tuple[float, np.ndarray, np.ndarray | None]:
@@ -225,14 +224,6 @@ def test_a_path_that_matches_nothing_is_named(tmp_path):
 
 # ---------------------------------------------------------------- the workflow
 
-def clone(folder: Path) -> Path:
-    """A stand-in for a fresh clone: the workflow, profiles and default config linked in."""
-    folder.mkdir(parents=True)
-    for name in ("Snakefile", "workflow", "profiles"):
-        (folder / name).symlink_to(ROOT / name)
-    (folder / "config").mkdir()
-    (folder / "config/config.yaml").symlink_to(ROOT / "config/config.yaml")
-    return folder
 
 
 def snakemake(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -257,7 +248,7 @@ def planned(repo: Path, *args: str) -> set[str]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     """A clone whose only data set is `kind: files` with `paths`, its graphs really built."""
-    repo = clone(tmp_path_factory.mktemp("own") / "repo")
+    repo = workflow_clone(tmp_path_factory.mktemp("own") / "repo")
     data = repo / "Jo's data"  # a path that needs quoting
     (data / "more").mkdir(parents=True)
     write_crystals(data / "a.xyz", 6, ("bulk", "strained", None))
@@ -330,7 +321,7 @@ def test_graphs_rebuilt_when_a_file_is_edited_added_or_removed(built):
 
 def readme_section() -> tuple[str, list[str]]:
     """The YAML example and the snakemake commands of docs/own-data.md's "## Real DFT data"."""
-    text = (ROOT / "docs/own-data.md").read_text()
+    text = (REPO / "docs/own-data.md").read_text()
     section = text.split("## Real DFT data", 1)[1].split("\n## ", 1)[0]
     example = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
     commands = [line for block in re.findall(r"```bash\n(.*?)```", section, re.S)
@@ -343,7 +334,7 @@ def test_readme_example_plans_as_written(tmp_path):
     """The README's config and commands, on tiny ASE-written files at the example's paths:
     TiAl-like (energy, `force`, `virial`) and ethanol-like with isolated atoms."""
     example, commands = readme_section()
-    repo = clone(tmp_path / "repo")
+    repo = workflow_clone(tmp_path / "repo")
     (repo / "config/own.yaml").write_text(example)
     shared = tmp_path / "shared/data/real-dft"
     (shared / "ethanol").mkdir(parents=True)
@@ -382,8 +373,8 @@ def test_readme_example_plans_as_written(tmp_path):
                                    atol=1e-12)
     # config/real_dft.yaml: the union of both sets, raced against mace_run_train (docs/accuracy.md)
     command = "snakemake --profile profiles/local accuracy --configfile config/real_dft.yaml"
-    assert command in (ROOT / "docs/accuracy.md").read_text()
-    (repo / "config/real_dft.yaml").symlink_to(ROOT / "config/real_dft.yaml")
+    assert command in (REPO / "docs/accuracy.md").read_text()
+    (repo / "config/real_dft.yaml").symlink_to(REPO / "config/real_dft.yaml")
     output = snakemake(repo, "-n", "--printshellcmds", *command.split()[1:])
     assert re.search(r"cfmtrain bench accuracy --graphs results/graphs/tial "
                      r"results/graphs/ethanol --split results/graphs/real_dft/split\.npz", output)

@@ -9,25 +9,25 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers import REPO
 
 from cfmtrain.graphs.split import load_split
 from cfmtrain.graphs.store import GraphStore
 
 pytestmark = pytest.mark.workflow  # runs Snakemake
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_tiny_pipeline_builds_graphs_and_stats(tmp_path):
-    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config["datasets"]["mini"].update(scale=0.05, shards=2)
     config_file = tmp_path / "tiny.yaml"
     config_file.write_text(yaml.safe_dump(config))
     result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
+        [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
          "--directory", str(tmp_path), "--cores", "2", "graphs", "stats",
          "--configfile", str(config_file)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=REPO, capture_output=True, text=True, timeout=600,
         env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     store = GraphStore(tmp_path / "results/graphs/mini")

@@ -12,26 +12,24 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from cfmtrain.bench.cli import BENCHMARKS
 from cfmtrain.plots import cli as figure_cli
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def readme_commands(pages: tuple[str, ...] = ("README.md",)) -> list[str]:
     """The command lines of the pages' ```bash blocks, comments dropped."""
-    text = "\n".join((ROOT / page).read_text() for page in pages)
+    text = "\n".join((REPO / page).read_text() for page in pages)
     lines = [line.split("#")[0].strip() for block in re.findall(r"```bash\n(.*?)```", text, re.S)
              for line in block.splitlines()]
     return [line for line in lines if line]
 
 
 # README.md and every docs page: their bench, figure and goals lines are run or parsed here
-PAGES = ("README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")))
+PAGES = ("README.md", *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md")))
 
 
 def test_readme_has_commands_of_known_kinds():
@@ -59,7 +57,7 @@ def test_readme_bench_commands_parse(command):
 def test_readme_pytest_commands_name_existing_tests():
     files = [w for c in readme_commands() if c.startswith("python -m pytest ")
              for w in shlex.split(c)[3:] if not w.startswith("-")]
-    assert files and all((ROOT / f).is_file() for f in files), files
+    assert files and all((REPO / f).is_file() for f in files), files
 
 
 @pytest.mark.parametrize("command", [c for c in readme_commands(PAGES)
@@ -77,7 +75,7 @@ def test_readme_figure_commands_parse(command):
 def test_readme_snakemake_commands_plan(command):
     """A dry run of the command as written (the default config; the lines with their own
     config are planned in tests/workflow/test_own_files.py)."""
-    result = subprocess.run([sys.executable, "-m", *shlex.split(command), "-n"], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", *shlex.split(command), "-n"], cwd=REPO,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
 

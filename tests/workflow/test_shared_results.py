@@ -14,18 +14,12 @@ from pathlib import Path
 import ase.io
 import numpy as np
 import pytest
-from helpers import emt_frames
-
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import emt_frames, workflow_clone
 
 
 def clone(folder: Path, overlay: str) -> Path:
-    """A stand-in for a clone: the workflow and profiles linked in, config/own.yaml."""
-    folder.mkdir(parents=True)
-    for name in ("Snakefile", "workflow", "profiles"):
-        (folder / name).symlink_to(ROOT / name)
-    (folder / "config").mkdir()
-    (folder / "config/config.yaml").symlink_to(ROOT / "config/config.yaml")
+    """A stand-in for a clone (helpers.workflow_clone) with config/own.yaml."""
+    workflow_clone(folder)
     (folder / "config/own.yaml").write_text(overlay)
     return folder
 

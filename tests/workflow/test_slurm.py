@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
 DAEMONS = ("munged", "slurmctld", "slurmd")
 TOOLS = (*DAEMONS, "sinfo", "sbatch", "srun", "squeue", "scontrol", "scancel")
 LOCK = Path(tempfile.gettempdir()) / "cfmtrain-slurm-test.lock"
@@ -119,14 +119,14 @@ def slurm_env(tmp_path_factory):
                    SLURM_CONF=str(state / "slurm.conf"))
         pids = {}
         try:
-            start = subprocess.run(["bash", "scripts/slurm/start.sh"], cwd=ROOT, env=env,
+            start = subprocess.run(["bash", "scripts/slurm/start.sh"], cwd=REPO, env=env,
                                    capture_output=True, text=True, timeout=120)
             assert start.returncode == 0, start.stdout + start.stderr
             pids = {d: int((state / f"{d}.pid").read_text()) for d in DAEMONS}
             assert all(_alive(d, pid) for d, pid in pids.items()), pids
             yield env
         finally:
-            subprocess.run(["bash", "scripts/slurm/stop.sh"], cwd=ROOT, env=env, timeout=120)
+            subprocess.run(["bash", "scripts/slurm/stop.sh"], cwd=REPO, env=env, timeout=120)
             assert not [d for d, pid in pids.items() if _alive(d, pid)], pids
             assert not list(state.glob("*.pid"))
 
@@ -135,7 +135,7 @@ def snakemake_slurm(env, log: Path, *args: str) -> subprocess.Popen:
     """`snakemake --profile slurm ARGS` from the repository root, as a user types it."""
     with open(log, "w") as out:
         return subprocess.Popen([sys.executable, "-m", "snakemake", "--profile", "slurm",
-                                 *FAST_POLL, *args], cwd=ROOT, env=env, stdout=out,
+                                 *FAST_POLL, *args], cwd=REPO, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, text=True)
 
 
@@ -168,7 +168,7 @@ def finish(proc: subprocess.Popen, log: Path, env, timeout: float = 400) -> str:
 def prepare_cell(work: Path, env: dict[str, str]) -> Path:
     """The tiny ablation cell's inputs (a 2-rank baseline on ~30 graphs, a reduced model, two
     epochs), built locally so that only the cell goes through Slurm; its config file."""
-    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config["datasets"]["mini"].update(scale=0.03, shards=1)
     config["train"]["repeats"] = 1  # one run: the repeats are tested locally (test_train_repeats)
     settings = config["train"].setdefault("settings", {})
@@ -177,7 +177,7 @@ def prepare_cell(work: Path, env: dict[str, str]) -> Path:
     (work / "tiny.yaml").write_text(yaml.safe_dump(config))
     prep = subprocess.run([sys.executable, "-m", "snakemake", CELL, "--cores", "2", "--directory",
                            str(work), "--configfile", str(work / "tiny.yaml"), "--omit-from",
-                           "train_cell"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           "train_cell"], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
     assert prep.returncode == 0, prep.stdout[-3000:] + prep.stderr[-3000:]
     return work / "tiny.yaml"
@@ -224,7 +224,7 @@ def test_ranks_through_srun_and_sigterm(slurm_env, runs, tmp_path):
     wrap = (f"echo $$ > {pidfile}; exec {sys.executable} -m cfmtrain launch --ranks 2 "
             f"--threads 1 --module cfmtrain.ranks.distenv -- --output {out} --hold 300")
     job_id = subprocess.run(["sbatch", "--parsable", "-n2", "-c1", "-t", "10", "-o", str(job_log),
-                             "-D", str(ROOT), "--wrap", wrap], env=slurm_env, timeout=30,
+                             "-D", str(REPO), "--wrap", wrap], env=slurm_env, timeout=30,
                             capture_output=True, text=True, check=True).stdout.split(";")[0].strip()
     try:
         wait_for(lambda: len(list(out.glob("rank*.json"))) == 2 and pidfile.exists(), 400,
@@ -285,7 +285,7 @@ def test_the_scale_target_fans_out_as_job_arrays(slurm_env, tmp_path):
     is collected from the jobs' records."""
     work = tmp_path / "scale"
     work.mkdir()
-    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config["scale"] = {"graphs": [200, 300], "steps": 3, "shard_graphs": 100}
     (work / "c.yaml").write_text(yaml.safe_dump(config))
     log = work / "snakemake.log"

@@ -14,21 +14,9 @@ from pathlib import Path
 import ase.io
 import pytest
 from ase import Atoms
-from helpers import emt_frames
+from helpers import emt_frames, workflow_clone
 
 from cfmtrain.shards.sources import changed_inputs, stamp
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def clone(folder: Path) -> Path:
-    """A stand-in for a fresh clone: the workflow, profiles and default config linked in."""
-    folder.mkdir(parents=True)
-    for name in ("Snakefile", "workflow", "profiles"):
-        (folder / name).symlink_to(ROOT / name)
-    (folder / "config").mkdir()
-    (folder / "config/config.yaml").symlink_to(ROOT / "config/config.yaml")
-    return folder
 
 
 def snakemake(repo: Path, *args: str) -> str:
@@ -59,7 +47,7 @@ def rewrite_keeping_time(path: Path, write) -> None:
 
 @pytest.mark.workflow
 def test_frames_rebuilt_when_an_input_changes_behind_its_time(tmp_path):
-    repo = clone(tmp_path / "repo")
+    repo = workflow_clone(tmp_path / "repo")
     lab = repo / "lab"
     lab.mkdir()
     ase.io.write(lab / "cells.extxyz", emt_frames(6, seed=3))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import REPO
 
 from cfmtrain import settings
 from cfmtrain.config_sections import with_defaults
@@ -22,12 +23,11 @@ from cfmtrain.sweep.settings import SweepSettings
 from cfmtrain.train import cli as train_cli
 from cfmtrain.train.config import load_config
 
-ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ["all", "graphs", "stats", "balance", "benchmark", "ablation", "sweeps", "simulate",
            "figures", "accuracy", "md"]
 
 
-def snakemake(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def snakemake(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=300)
 
@@ -52,7 +52,7 @@ def job_counts(output: str) -> dict[str, int]:
 
 def expected_counts(config_file: str) -> dict[str, int]:
     """Jobs per rule that the config implies, counted here from the config itself."""
-    config = yaml.safe_load((ROOT / config_file).read_text())
+    config = yaml.safe_load((REPO / config_file).read_text())
     datasets = config["datasets"]
     members = {m for d in config["targets"]
                for m in datasets[d].get("members", [d])}
@@ -78,7 +78,7 @@ def test_dry_run_all_schedules_every_stage(config):
         assert counts.get(rule, 0) == jobs, (rule, counts)
     assert set(counts) - {"download", "train_cell"} == ALL_RULES, counts
     generate = [line for line in result.stdout.splitlines() if "cfmtrain generate" in line]
-    if "generated" in (ROOT / config).read_text():  # the frames rule's 2 threads are used
+    if "generated" in (REPO / config).read_text():  # the frames rule's 2 threads are used
         assert generate and all("--workers 2" in line for line in generate), generate
 
 
@@ -89,10 +89,10 @@ def test_dry_run_every_other_target(config):
     result = snakemake("-n", "--forceall", *others, "--configfile", config)
     assert result.returncode == 0, result.stdout + result.stderr
     counts = job_counts(result.stdout)
-    checks = len(yaml.safe_load((ROOT / config).read_text())["train"].get("baseline_check", []))
+    checks = len(yaml.safe_load((REPO / config).read_text())["train"].get("baseline_check", []))
     assert counts.get("baseline_check", 0) == checks
     assert counts["bench_accuracy"] == len(yaml.safe_load(
-        (ROOT / "config/config.yaml").read_text())["accuracy"]["datasets"])
+        (REPO / "config/config.yaml").read_text())["accuracy"]["datasets"])
     assert counts["bench_md"] == 1  # the goals preset
     assert set(counts) - {"download", "baseline_check", "bench_accuracy", "bench_md",
                           "train_cell"} == ALL_RULES - {"all"} | set(others)
@@ -103,7 +103,7 @@ def test_each_matrix_group_is_one_job_of_paired_rounds_and_a_cell_runs_alone():
     """`all` trains each (data set, ranks) group of the matrix in one `cfmtrain rounds` job of
     the four variants, its epochs config `train.rounds` + 1; a variant outside the four
     (`matched`) and a single cell asked for alone are `cfmtrain cell` jobs, with no group."""
-    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())["train"]
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())["train"]
     matched = "results/train/mini_s/matched/r2/summary.json"
     result = snakemake("-n", "--forceall", "--printshellcmds", "--cores", "2", "all", matched)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -131,7 +131,7 @@ def test_each_matrix_group_is_one_job_of_paired_rounds_and_a_cell_runs_alone():
 
 
 def _bad_config(tmp_path: Path, edit) -> Path:
-    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     edit(config)
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(config))
@@ -235,7 +235,7 @@ def test_config_values_reach_each_command_line_exactly(tmp_path):
     args = parser.parse_args(cell[cell.index("train") + 1:])
     cfg = load_config(args.config, args.overrides)
     assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.gamma) == (1e-4, 5e-7, 0.1)
-    default = yaml.safe_load((ROOT / "config/config.yaml").read_text())["train"]
+    default = yaml.safe_load((REPO / "config/config.yaml").read_text())["train"]
     assert (cfg.model.init_model, cfg.model.hidden_irreps, cfg.train_fraction,
             cfg.eval_fraction) == (ODD_MODEL, default["settings"]["model"]["hidden_irreps"],
                                    default["sizes"]["s"], default["settings"]["eval_fraction"])
@@ -258,7 +258,7 @@ def _schema_keys(node: dict, path: str = ""):
 def test_every_schema_key_has_a_description_and_a_default():
     """Every key: its own default, or that of its command's settings (config_sections)."""
     schema = with_defaults(yaml.safe_load(
-        (ROOT / "workflow/schemas/config.schema.yaml").read_text()))
+        (REPO / "workflow/schemas/config.schema.yaml").read_text()))
     keys = list(_schema_keys(schema))
     assert len(keys) > 60 and "figures.sizes[].ranks" in [k for k, _, _ in keys]
     for key, sub, required in keys:
@@ -280,7 +280,7 @@ def test_local_profile_runs_every_timed_job_alone():
     while every other job takes a share that lets untimed jobs run side by side."""
     import re
 
-    profile = yaml.safe_load((ROOT / "profiles/local/config.yaml").read_text())
+    profile = yaml.safe_load((REPO / "profiles/local/config.yaml").read_text())
     limit = dict(r.split("=") for r in profile["resources"])["machine"]
     default = dict(r.split("=") for r in profile["default-resources"])["machine"]
     result = snakemake("-n", "--forceall", "--profile", "profiles/local", "all")
@@ -303,13 +303,13 @@ def test_slurm_profiles_give_resources_to_every_timed_or_long_rule():
     it 60 minutes and 2 GB)."""
     import re
 
-    text = "\n".join(p.read_text() for p in [ROOT / "Snakefile",
-                                             *sorted((ROOT / "workflow/rules").glob("*.smk"))])
+    text = "\n".join(p.read_text() for p in [REPO / "Snakefile",
+                                             *sorted((REPO / "workflow/rules").glob("*.smk"))])
     blocks = {m.group(1): m.group(2) for m in re.finditer(
         r"^rule (\w+):\n(.*?)(?=^\S|\Z)", text, re.M | re.S)}
     timed = {name for name, body in blocks.items() if "machine=ALONE" in body}
     assert {"bench_md", "bench_accuracy", "train_cell", "train_group"} <= timed
-    named = [set(yaml.safe_load((ROOT / f"profiles/{p}/config.yaml").read_text())
+    named = [set(yaml.safe_load((REPO / f"profiles/{p}/config.yaml").read_text())
                  ["set-resources"]) for p in ("slurm", "slurm-gpu")]
     assert named[0] == named[1]
     assert timed <= named[0] <= set(blocks), (timed - named[0], named[0] - set(blocks))

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import copy
 
+from cfmtrain.paper import BOTH
+
 # Every value names its TrainConfig key (nested as in train.settings); a test checks that each
 # is a key, and that a run's config holds them.
 MODEL: dict = {
-    "variant": "both",  # Algorithm 1 and the fused kernels
+    "variant": BOTH.name,  # Algorithm 1 and the fused kernels
     "model": {"hidden_irreps": "128x0e+128x1o", "max_ell": 3, "correlation": 3,
               "num_interactions": 2},  # mace-torch's medium
     "epochs": 200,
