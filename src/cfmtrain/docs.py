@@ -39,6 +39,7 @@ from cfmtrain.commands import COMMANDS
 from cfmtrain.config_sections import with_defaults
 from cfmtrain.paper import BASELINE, BOTH, PAPER_GRAPHS, PAPER_RANKS, SPEEDUP
 from cfmtrain.readers.read import formats
+from cfmtrain.train import presets
 from cfmtrain.train.config import (
     RANGES,
     BatchConfig,
@@ -349,6 +350,16 @@ def formats_table() -> str:
                           [[", ".join(f"`{s}`" for s in sfx), title] for title, sfx in formats()])
 
 
+def preset_table() -> str:
+    """docs/tutorial.md's table of the model preset and what fine-tuning changes in it."""
+    model, fine = presets.flat(presets.MODEL), presets.flat(presets.FINE_TUNE)
+    default = presets.flat(dataclasses.asdict(TrainConfig()))
+    rows = [[f"`{key}`", f"`{model[key]}`" if key in model else f"`{default[key]}` (default)",
+             f"`{fine[key]}`" if key in fine else ""]
+            for key in [*model, *(k for k in fine if k not in model)]]
+    return markdown_table(["key of `train.settings`", "model preset", "fine-tuning"], rows)
+
+
 def _schema_type(node: dict) -> str:
     if "enum" in node:
         return "one of " + ", ".join(f"`{v}`" for v in node["enum"])
@@ -572,8 +583,9 @@ def api_reference() -> str:
 
 def _block(name: str) -> re.Pattern:
     """The generated block `name` of a page, between its markers."""
-    return re.compile(rf"(<!-- cfmtrain docs: {name} -->\n)(?:.*?\n)?"
-                      r"(<!-- cfmtrain docs: end -->)", re.S)
+    return re.compile(rf"(<!-- cfmtrain docs: {name} -->\n)"  # the lines up to the first end
+                      r"(?:(?!<!-- cfmtrain docs: end -->)[^\n]*\n)*"  # (an empty block too)
+                      r"(<!-- cfmtrain docs: end -->)")
 
 
 def outputs(root: Path) -> dict[Path, Callable[[str], str]]:
@@ -593,7 +605,7 @@ def outputs(root: Path) -> dict[Path, Callable[[str], str]]:
             root / "docs/experiments.md": fill("versus-paper", versus_paper_table(root)),
             root / "docs/tutorial.md": lambda text: functools.reduce(
                 lambda t, r: fill(r.csv.removesuffix(".csv"), reference_table(root, r))(t),
-                TUTORIAL, text),
+                TUTORIAL, fill("preset", preset_table())(text)),
             root / "docs/cli.md": fill("cli", cli_reference()),
             root / "docs/api.md": fill("api", api_reference())}
 

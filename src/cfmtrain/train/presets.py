@@ -1,7 +1,7 @@
 """The training settings of a model to publish (config section `model`, target `model`),
 declared once: MODEL over TrainConfig's defaults, FINE_TUNE over MODEL when the run fine-tunes a
-model (`model.init_model`), then the user's `model.settings` over both. docs/model.md's table of
-them is generated from here (`cfmtrain docs`).
+model (`model.init_model`), then the user's `model.settings` over both. docs/tutorial.md's table
+of them is generated from here (`cfmtrain docs`).
 
 MODEL is mace-torch's medium-sized model (128x0e+128x1o, max_ell 3, correlation 3, two
 interactions) with mace-torch's recipe: validation after every epoch on the whole validation
