@@ -269,6 +269,8 @@ def test_command_is_known_and_parses(command):
     elif words[0] == "bash":
         assert (REPO / words[1]).is_file()
         assert subprocess.run(["bash", "-n", REPO / words[1]]).returncode == 0
+    elif words == ["source", ".venv/bin/activate"]:  # the virtualenv scripts/setup.sh makes
+        assert "-m venv .venv" in (REPO / "scripts/setup.sh").read_text()
     elif words[0] == "source":  # the environment file the local Slurm cluster writes
         assert words[1] == ".slurm/env.sh"
         start = (REPO / "scripts/slurm/start.sh").read_text()
