@@ -106,6 +106,8 @@ def test_bench_md_end_to_end(tmp_path):
         assert fused.energy_rel_diff_vs_mace <= 1e-5 and fused.forces_rel_diff_vs_mace <= 1e-4
     assert np.allclose(rows.ns_per_day, 86400 / rows.median_step_s * 1e-6)
     assert np.allclose(rows.steps_per_s, 1 / rows.median_step_s)
+    assert np.allclose(rows.us_per_atom, rows.median_step_s / rows.atoms * 1e6)
+    assert (rows.setup_s > 0).all() and rows.convert_s.isna().all()  # no converter
     assert (rows.min_step_s <= rows.median_step_s).all()
     assert (rows.median_step_s <= rows.max_step_s).all()
     assert (rows.steps == 3).all() and (rows.threads == 1).all()

@@ -3,8 +3,11 @@
 A MACE model shaped like a public foundation model (random weights, seed 0: the timing depends
 on the shape, not the weights) drives velocity-Verlet MD at 1 fs through mace-torch's own
 `MACECalculator`, as a user runs it; `fused` swaps cfmtrain's kernels into the calculator's model
-first. Prints one JSON line: seconds per MD step (each step is one energy+forces+stress call,
-neighbour list included), and the energy and forces of the first call to compare implementations.
+first. `symmetrix` runs the same model converted by Symmetrix-XL's own converter
+(`symmetrix_extract_mace`, the `convert` configuration) through its ASE calculator, an
+inference engine of its own (optional: `pip install .[peers]`). Prints one JSON line: seconds
+per MD step (each step is one call with its neighbour list), and the energy and forces of the
+first call to compare implementations.
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ MP0 = {"r_max": 6.0, "num_bessel": 10, "num_polynomial_cutoff": 5, "max_ell": 3,
 SHAPES = {
     "mp0-small": {**MP0, "hidden_irreps": "128x0e"},
     "mp0-medium": {**MP0, "hidden_irreps": "128x0e+128x1o"},
-    "tiny": {**MP0, "hidden_irreps": "8x0e+8x1o", "max_ell": 2, "correlation": 2,
-             "radial_mlp": [16], "r_max": CUTOFF, "elements": 29},
+    # l_max 3 and correlation 3 as MP-0 (Symmetrix-XL converts no other), at a size tests run
+    "tiny": {**MP0, "hidden_irreps": "8x0e+8x1o", "radial_mlp": [16], "r_max": CUTOFF,
+             "elements": 29},
 }
+PEERS_EXTRA = "pip install .[peers]"
 OOM_MARKERS = ("can't allocate memory", "not enough memory", "out of memory", "std::bad_alloc")
 WATER_DENSITY_G_CM3 = 1.0
 TIMESTEP_FS = 1.0
@@ -107,24 +112,79 @@ def probe(size: int) -> np.ndarray:
     return vector / np.linalg.norm(vector)
 
 
+def symmetrix_missing() -> str | None:
+    """Why the `symmetrix` arm cannot run here, or None when it can: Symmetrix-XL and one of
+    its native backends are installed (found without importing either)."""
+    import importlib.util
+
+    if importlib.util.find_spec("symmetrix") is None:
+        return f"not installed ({PEERS_EXTRA})"
+    import symmetrix
+
+    if not symmetrix.available_backends():
+        return f"no native backend installed ({PEERS_EXTRA})"
+    return None
+
+
+def convert(config: dict) -> dict:
+    """The `convert` configuration: the model of `config["shape"]` (built in `config["dtype"]`,
+    as every arm builds it) saved to `config["work"]`, then converted by Symmetrix-XL's own
+    command, `symmetrix_extract_mace`; the JSON's path and the conversion's seconds."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    work = Path(config["work"])
+    model_path = work / f"{config['shape']}_{config['dtype']}.model"
+    torch.save(build_shape(config["shape"], getattr(torch, config["dtype"])), model_path)
+    output = model_path.with_suffix(".json")
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "symmetrix.cli.extract_mace", "--model",
+                           str(model_path), "--output", str(output)],
+                          capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode:
+        tail = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        return {"status": f"error: symmetrix_extract_mace: {tail[:200]}"}
+    return {"status": "ok", "symmetrix_model": str(output), "convert_s": seconds}
+
+
+def symmetrix_calculator(config: dict):
+    """Symmetrix-XL's ASE calculator of the converted model in `config["dtype"]` on
+    `config["threads"]` OpenMP threads (its Kokkos runtime reads them when it loads); its JIT
+    cache in `config["jit_cache"]` when given (a fresh one times the compile); (calculator,
+    backend)."""
+    os.environ["OMP_NUM_THREADS"] = str(config["threads"])
+    if config.get("jit_cache"):
+        os.environ["SYMMETRIX_JIT_CACHE"] = config["jit_cache"]
+    import symmetrix  # lazy: an optional peer
+
+    calc = symmetrix.Symmetrix(config["symmetrix_model"], dtype=config["dtype"])
+    return calc, f"symmetrix {symmetrix.__version__} {symmetrix.selected_backend()['selector']}"
+
+
 def md_run(config: dict, impl: str):
-    """The system of `config` with a MACECalculator of the `impl` model ("mace", or "fused":
-    cfmtrain's kernels swapped in), at 300 K: (atoms, its VelocityVerlet, the backend)."""
+    """The system of `config` with a calculator of the `impl` model ("mace", "fused": cfmtrain's
+    kernels swapped in, both in a MACECalculator, or "symmetrix": Symmetrix-XL's calculator of
+    the converted model), at 300 K: (atoms, its VelocityVerlet, the backend)."""
     from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
     from ase.md.verlet import VelocityVerlet
     from ase.units import fs
     from mace.calculators import MACECalculator
 
-    model = build_shape(config["shape"], getattr(torch, config["dtype"]))
-    backend = "mace"
-    if impl == "fused":
-        # lazy: only fused runs load cfmtrain's op libraries
-        from cfmtrain.kernels import fuse_model, kernel_backend
-
-        fuse_model(model)
-        backend = "+".join(sorted(set(kernel_backend(model).values())))
     atoms = SYSTEMS[config["system"]](config["atoms"])
-    atoms.calc = MACECalculator(models=[model], device="cpu", default_dtype=config["dtype"])
+    if impl == "symmetrix":
+        atoms.calc, backend = symmetrix_calculator(config)
+    else:
+        model = build_shape(config["shape"], getattr(torch, config["dtype"]))
+        backend = "mace"
+        if impl == "fused":
+            # lazy: only fused runs load cfmtrain's op libraries
+            from cfmtrain.kernels import fuse_model, kernel_backend
+
+            fuse_model(model)
+            backend = "+".join(sorted(set(kernel_backend(model).values())))
+        atoms.calc = MACECalculator(models=[model], device="cpu", default_dtype=config["dtype"])
     MaxwellBoltzmannDistribution(atoms, temperature_K=300, rng=np.random.default_rng(0))
     return atoms, VelocityVerlet(atoms, timestep=TIMESTEP_FS * fs), backend
 
@@ -134,19 +194,26 @@ def _md_step(dyn) -> None:
     dyn.run(1)
 
 
+def paired_ratios(rounds, candidate: str = "fused") -> dict[str, dict]:
+    """Per other arm of `rounds` (a measure.paired.Rounds): `candidate`'s paired speed-up over
+    it (its time over the candidate's, per round) as the PAIRED columns."""
+    return {arm: rounds.ratio(arm, candidate).columns() for arm in rounds.names
+            if arm != candidate}
+
+
 def run_paired(config: dict) -> dict:
-    """Both implementations in this process, `WARMUP_CALLS` MD steps each untimed, then
-    `rounds` paired rounds of one step each (shuffled order): the fused model's speed-up over
-    mace-torch's, per round."""
+    """The implementations `config["arms"]` (default mace and fused) in this process,
+    `WARMUP_CALLS` MD steps each untimed, then `rounds` paired rounds of one step each
+    (shuffled order): the fused model's speed-up over each other arm, per round."""
     from cfmtrain.measure.paired import run_rounds
 
     torch.set_num_threads(config["threads"])
-    dyns = {impl: md_run(config, impl)[1] for impl in ("mace", "fused")}
+    dyns = {impl: md_run(config, impl)[1] for impl in config.get("arms", ("mace", "fused"))}
     for dyn in dyns.values():
         dyn.run(WARMUP_CALLS)
     rounds = run_rounds({impl: functools.partial(_md_step, dyn) for impl, dyn in dyns.items()},
                         config["rounds"])
-    return {"status": "ok", **rounds.ratio("mace", "fused").columns()}
+    return {"status": "ok", "ratios": paired_ratios(rounds)}
 
 
 def run_md(config: dict) -> dict:
@@ -154,8 +221,12 @@ def run_md(config: dict) -> dict:
     steps untimed, then time `steps` more."""
     if config["impl"] == "paired":
         return run_paired(config)
+    if config["impl"] == "convert":
+        return convert(config)
     torch.set_num_threads(config["threads"])
+    start = time.perf_counter()
     atoms, dyn, backend = md_run(config, config["impl"])
+    setup_s = time.perf_counter() - start
     start = time.perf_counter()
     energy, forces = atoms.get_potential_energy(), atoms.get_forces()
     first_s = time.perf_counter() - start
@@ -171,6 +242,7 @@ def run_md(config: dict) -> dict:
     median = statistics.median(wall)
     return {"status": "ok", "atoms": len(atoms), "median_step_s": median, "min_step_s": min(wall),
             "max_step_s": max(wall), "median_cpu_s": statistics.median(cpu),
+            "us_per_atom": median / len(atoms) * 1e6, "setup_s": setup_s,
             "first_call_s": first_s, "steps_per_s": 1.0 / median,
             "ns_per_day": 86400.0 / median * TIMESTEP_FS * 1e-6,
             "energy": float(energy), "forces_norm": float(np.linalg.norm(forces)),

@@ -11,7 +11,7 @@ import pandas as pd
 from cfmtrain.atomic import atomic_path
 from cfmtrain.plots.common import plt
 
-COLORS = {"fused": "tab:green", "mace": "tab:blue"}
+COLORS = {"fused": "tab:green", "mace": "tab:blue", "symmetrix": "tab:orange"}
 
 
 def draw_md(table: pd.DataFrame, path: str | Path, shapes: list[str], impls: tuple[str, ...]
@@ -35,7 +35,7 @@ def draw_md(table: pd.DataFrame, path: str | Path, shapes: list[str], impls: tup
                         (0.02, 0.95 - 0.07 * k), xycoords="axes fraction", fontsize=7,
                         color="tab:red")
         ax.set(xscale="log", yscale="log", xlabel="atoms", ylabel="MD steps/s (1 fs)",
-               title=f"{system}: MACECalculator energy+forces+stress")
+               title=f"{system}: an MD step (energy, forces)")
         ax.grid(alpha=0.3, which="both")
         if ax.lines:
             ax.legend(fontsize=7)
