@@ -90,7 +90,8 @@ def _step(f: pd.DataFrame) -> str:
     r = f[(f.op == "model") & (f.impl == "fused") & (f["pass"] == "train_step")].iloc[0]
     mace = f[(f.op == "model") & (f.impl == "mace") & (f["pass"] == "train_step")].iloc[0]
     return (f"{_paired(r)}; medians {r.median_s:.2f} s against {mace.median_s:.2f} s per "
-            f"step (paper model, {r['atoms']:.0f} atoms, {r['dtype']})")
+            f"step (paper model, {r['atoms']:.0f} atoms, {r['dtype']}); {r.gflop_s:.0f} GFLOP/s, "
+            f"{r.pct_of_matmul_peak:.0f}% of the run's {r['dtype']} matmul peak")
 
 
 def _md(f: pd.DataFrame) -> str:
@@ -169,7 +170,8 @@ RESULTS = (
            "results/bench/kernels_paper-model.csv",
            "cfmtrain bench kernels --preset paper-model --ops model --impls fused mace", _step,
            ("op", "impl", "atoms", "dtype", "pass", "median_s", "speedup_vs_mace",
-            "ratio_median", "ratio_p10", "ratio_p90", "max_rel_diff_vs_mace", "peak_rss_mb")),
+            "ratio_median", "ratio_p10", "ratio_p90", "max_rel_diff_vs_mace", "peak_rss_mb",
+            "gflop_s", "pct_of_matmul_peak")),
     Result("Molecular dynamics against mace-torch", "md_1k.csv", "results/bench/md_1k.csv",
            "cfmtrain bench md --systems fcc water --shapes mp0-medium --atoms 1000 --steps 5 "
            "--impls fused mace symmetrix --rounds 10 "
