@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -120,9 +121,23 @@ def pool(processes: int) -> multiprocessing.pool.Pool:
     from cfmtrain import crash  # lazy: as above
 
     leftovers = crash.where.leftovers
-    return multiprocessing.get_context("spawn").Pool(
-        processes, initializer=_start_worker,
-        initargs=(os.getpid(), None if leftovers is None else str(leftovers)))
+    # Workers are born with SIGINT ignored (kept across exec; Python then installs no
+    # KeyboardInterrupt handler), so a Ctrl-C while they start up prints no traceback from their
+    # imports. This thread blocks SIGINT while the pool launches them (milliseconds): a blocked
+    # signal is kept pending even while ignored, and is received here once they are launched
+    # (one that another thread of this process takes in those milliseconds is lost).
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return multiprocessing.get_context("spawn").Pool(
+            processes, initializer=_start_worker,
+            initargs=(os.getpid(), None if leftovers is None else str(leftovers)))
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 class Popen(subprocess.Popen):

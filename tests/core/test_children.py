@@ -278,3 +278,23 @@ def test_a_timeout_kills_all_below_the_command(tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         children.run([sys.executable, "-c", code], capture_output=True, timeout=3)
     assert left([int(pid_file.read_text())]) == {}
+
+
+def _sigint_handler(_) -> object:
+    return signal.getsignal(signal.SIGINT)
+
+
+def test_a_pool_leaves_its_owner_as_it_was_and_its_workers_ignore_ctrl_c():
+    """While a pool starts its workers (born with SIGINT ignored) its owner blocks SIGINT; after,
+    the owner's handler and signal mask are as before, and a Ctrl-C reaches the owner alone."""
+    got: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda *_: got.append(1))
+    try:
+        with children.pool(2) as pool:
+            assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            os.kill(os.getpid(), signal.SIGINT)
+            handlers = pool.map(_sigint_handler, range(4))
+        assert got == [1]
+        assert set(handlers) == {signal.SIG_IGN}
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -7,6 +7,7 @@ Seeded per (seed, subset, frame), labelled by ASE's EMT and TIP3P, written as ex
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -178,11 +179,15 @@ def generate_mini(
     per_subset: Counter[str] = Counter()
 
     def counted() -> Iterator[Atoms]:
-        for frame in iter_mini_frames(scale, seed, workers, progress):
-            per_subset[frame.info[CONFIG_TYPE_KEY]] += 1
-            yield frame
+        with contextlib.closing(iter_mini_frames(scale, seed, workers, progress)) as frames:
+            for frame in frames:
+                per_subset[frame.info[CONFIG_TYPE_KEY]] += 1
+                yield frame
 
-    counts = write_shards(counted(), paths)
+    # closed here, not when collected: a stop while a shard is written (Ctrl-C, a full disk)
+    # ends the pool and the progress bar's line before the command says why it stopped
+    with contextlib.closing(counted()) as frames:
+        counts = write_shards(frames, paths)
     shards = [{"file": p.name, "frames": n, "sha256": file_digest(p)}
               for p, n in zip(paths, counts, strict=True)]
     manifest = {
