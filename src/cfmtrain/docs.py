@@ -19,11 +19,13 @@ import argparse
 import dataclasses
 import datetime
 import functools
+import hashlib
 import importlib
 import inspect
 import json
 import re
 import shutil
+import tempfile
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -212,6 +214,11 @@ VERSUS_PAPER = Result("The paper beside the simulator", "simulate_versus_paper.c
 HOST = Result("Host check", "host.csv", "results/bench/host.csv",
               "cfmtrain bench host --probes 20", lambda f: host_check(f),
               ("probe", "wall_s", "cpu_s", "matmul_s", "gather_s"))
+# Figure 12's table, drawn in docs/figures/ (the `balance` target writes it per data set)
+FIGURE12 = Result("Graphs per rank (Figure 12)", "fig12_graphs_per_rank_mini.csv",
+                  "results/figures/fig12_graphs_per_rank_mini.csv",
+                  "snakemake --profile profiles/local balance", lambda f: "",
+                  ("panel", "step", "rank", "graph", "subset", "size"))
 # docs/tutorial.md's tables: the evaluation.csv of its models, each in the block of its csv's name
 EVALUATION = ("config_type", "graphs", "atoms", "mae_energy_meV_per_atom",
               "rmse_energy_meV_per_atom", "mae_forces_meV_per_A", "rmse_forces_meV_per_A",
@@ -225,6 +232,9 @@ TUTORIAL = (
            "snakemake --profile profiles/local model --configfile examples/fine_tune.yaml",
            lambda f: "", EVALUATION),
 )
+
+
+COLLECTED = (*RESULTS, VERSUS_PAPER, HOST, FIGURE12, *TUTORIAL)  # what --collect copies
 
 
 def host_check(f: pd.DataFrame) -> str:
@@ -259,7 +269,7 @@ def _manifest(root: Path) -> pd.DataFrame:
 def _measured(root: Path) -> pd.DataFrame:
     """The manifest's rows of the reference set (the tutorial's tables carry their own)."""
     m = _manifest(root)
-    return m[~m.file.isin([r.csv for r in TUTORIAL])]
+    return m[~m.file.isin([r.csv for r in (*TUTORIAL, FIGURE12)])]
 
 
 def stamp(root: Path, link: str) -> str:
@@ -585,6 +595,106 @@ def api_reference() -> str:
     return "\n\n".join(parts)
 
 
+# ------------------------------------------------------------------ pictures
+
+FIGURES = Path("docs/figures")
+DIGESTS = FIGURES / "digests.json"  # each picture's digest of its sources and of its PNG
+RULEGRAPH = FIGURES / "rulegraph.dot"  # `snakemake --cores 1 --rulegraph dot all`
+
+
+def _ablation_png(paths: list[Path], output: Path) -> None:
+    from cfmtrain.plots.ablation import draw_ablation
+    draw_ablation(pd.read_csv(paths[0]), output,
+                  "Figure 6: speed-up over baseline (mini, 2-core CPU host)")
+
+
+def _accuracy_png(paths: list[Path], output: Path) -> None:
+    from cfmtrain.plots.accuracy import draw_time_to_target
+    draw_time_to_target(pd.read_csv(paths[0]), output,
+                        "Time to accuracy on mini (2-core CPU host)")
+
+
+def _graphs_per_rank_png(paths: list[Path], output: Path) -> None:
+    from cfmtrain.plots.graphs_per_rank import draw_graphs_per_rank
+    draw_graphs_per_rank(pd.read_csv(paths[0]), output,
+                         "Figure 12: graphs per rank per step on mini, fixed count and Algorithm 1")
+
+
+def _rulegraph_png(paths: list[Path], output: Path) -> None:
+    from cfmtrain.plots.rulegraph import draw_rulegraph
+    draw_rulegraph(paths[0].read_text(), output, "The rules of target `all` (inputs left)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Picture:
+    """A PNG of docs/figures/, drawn by `draw` from its sources (files of the repository) with
+    the drawing code of cfmtrain.plots' module `module`."""
+
+    name: str
+    sources: tuple[str, ...]
+    draw: Callable[[list[Path], Path], None]
+    module: str
+
+
+PICTURES = (
+    Picture("ablation", (f"{REFERENCE}/ablation.csv",), _ablation_png, "cfmtrain.plots.ablation"),
+    Picture("accuracy", (f"{REFERENCE}/accuracy_mini.csv",), _accuracy_png,
+            "cfmtrain.plots.accuracy"),
+    Picture("graphs_per_rank", (f"{REFERENCE}/{FIGURE12.csv}",), _graphs_per_rank_png,
+            "cfmtrain.plots.graphs_per_rank"),
+    Picture("rulegraph", (str(RULEGRAPH),), _rulegraph_png, "cfmtrain.plots.rulegraph"),
+)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def picture_digest(root: Path, picture: Picture) -> str:
+    """What a picture is drawn from: its sources' bytes, the drawing module's source, the
+    shared figure code's and this function's caller (the picture's own drawing call)."""
+    parts = [(root / s).read_bytes() for s in picture.sources]
+    parts += [inspect.getsource(importlib.import_module(m)).encode()
+              for m in (picture.module, "cfmtrain.plots.common")]
+    parts.append(inspect.getsource(picture.draw).encode())
+    return _sha(b"\0".join(parts))
+
+
+def stale_pictures(root: Path) -> list[Picture]:
+    """The pictures whose PNG is missing, or not drawn from their current sources and code."""
+    path = root / DIGESTS
+    known = json.loads(path.read_text()) if path.is_file() else {}
+    stale = []
+    for p in PICTURES:
+        png = root / FIGURES / f"{p.name}.png"
+        if not all((root / s).is_file() for s in p.sources):
+            continue  # not in the reference set: nothing to draw from
+        entry = known.get(p.name, {})
+        if (not png.is_file() or entry.get("source") != picture_digest(root, p)
+                or entry.get("png") != _sha(png.read_bytes())):
+            stale.append(p)
+    return stale
+
+
+def draw_pictures(root: Path, pictures: list[Picture]) -> None:
+    """Draw each picture's PNG into docs/figures/ (palette PNG, small) and record its digests."""
+    from PIL import Image
+
+    path = root / DIGESTS
+    known = json.loads(path.read_text()) if path.is_file() else {}
+    (root / FIGURES).mkdir(parents=True, exist_ok=True)
+    for p in pictures:
+        with tempfile.TemporaryDirectory() as tmp:
+            drawn = Path(tmp) / f"{p.name}.png"
+            p.draw([root / s for s in p.sources], drawn)
+            with Image.open(drawn) as image:
+                small = image.convert("RGB").quantize(colors=64, dither=Image.Dither.NONE)
+            png = root / FIGURES / f"{p.name}.png"
+            small.save(png, optimize=True)
+        known[p.name] = {"source": picture_digest(root, p), "png": _sha(png.read_bytes())}
+    path.write_text(json.dumps(dict(sorted(known.items())), indent=1) + "\n")
+
+
 # ------------------------------------------------------------------ files
 
 
@@ -635,7 +745,7 @@ def collect(root: Path, results: Path, names: list[str]) -> list[str]:
     host = host_check(pd.read_csv(host_csv)) if host_csv.is_file() else "not run"
     manifest = _manifest(root)
     copied = []
-    for r in (*RESULTS, VERSUS_PAPER, HOST, *TUTORIAL):
+    for r in COLLECTED:
         source = results / Path(r.source).relative_to("results")
         if (names and r.csv.removesuffix(".csv") not in names) or not source.is_file():
             continue
@@ -656,8 +766,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collect", nargs="*", metavar="NAME",
                         help="first copy the CSVs measured under results/ into docs/results/ "
                              "(all found, or those named: " + ", ".join(
-                                 r.csv.removesuffix(".csv")
-                                 for r in (*RESULTS, VERSUS_PAPER, HOST, *TUTORIAL)) + ")")
+                                 r.csv.removesuffix(".csv") for r in COLLECTED) + ")")
     parser.add_argument("--results", type=Path, default=Path("results"),
                         help="the results folder --collect reads")
     parser.add_argument("--root", type=Path, default=Path("."), help="the repository")
@@ -675,6 +784,10 @@ def run(args: argparse.Namespace) -> int:
             stale.append(str(path.relative_to(root)))
             if not args.check:
                 path.write_text(new)
+    pictures = stale_pictures(root)
+    stale += [str(FIGURES / f"{p.name}.png") for p in pictures]
+    if pictures and not args.check:
+        draw_pictures(root, pictures)
     verb = "not up to date" if args.check else "written"
     print(f"{verb}: {', '.join(stale)}" if stale else "generated parts up to date")
     return 1 if args.check and stale else 0

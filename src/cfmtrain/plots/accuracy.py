@@ -50,3 +50,23 @@ def draw_accuracy(curve: pd.DataFrame, summary: pd.DataFrame, output: Path, titl
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="best")
     return save(fig, output)
+
+
+def draw_time_to_target(summary: pd.DataFrame, output: Path, title: str) -> list[Path]:
+    """From the benchmark's overall summary (one row per run, no curve): each run's time to
+    mace_run_train's final force MAE as a bar (error bars: its seeds' min and max), its speed-up
+    over mace_run_train written on it."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    rows = summary.sort_values("time_to_target_s", ascending=False).reset_index(drop=True)
+    err = [rows.time_to_target_s - rows.time_to_target_s_min,
+           rows.time_to_target_s_max - rows.time_to_target_s]
+    bars = ax.barh([LABELS.get(r, r) for r in rows.run], rows.time_to_target_s, xerr=err,
+                   color=[COLORS.get(r, color(r)) for r in rows.run], capsize=3)
+    ax.bar_label(bars, [f"{s:.0f} s ({x:.2f}x)" for s, x in zip(rows.time_to_target_s,
+                                                                 rows.speedup, strict=True)],
+                 fontsize=8, padding=3)
+    ax.set(xlabel="training wall time to mace_run_train's final force MAE, s", title=title)
+    ax.set_xlim(0, 1.3 * float(rows.time_to_target_s_max.max()))
+    ax.tick_params(axis="y", labelsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return save(fig, output)
