@@ -41,10 +41,12 @@ def blocks(kind: str, pages: list[Path] = PAGES) -> list[tuple[str, str]]:
 
 
 def commands() -> list[str]:
-    """Every line of the bash blocks (comments dropped) and every command of the results table."""
+    """Every line of the bash blocks (comments dropped) and every command of the results table
+    and of docs/paper.md's table."""
     lines = [line.split(" #")[0].strip() for _, text in blocks("bash")
              for line in text.splitlines()]
-    return sorted({line for line in lines if line} | {r.command for r in docs.RESULTS})
+    return sorted({line for line in lines if line} | {r.command for r in docs.RESULTS}
+                  | {item[1] for item in docs.PAPER_ITEMS})
 
 
 def command_id(command: str) -> str:
