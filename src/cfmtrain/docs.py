@@ -66,6 +66,7 @@ from cfmtrain.train.config import (
 REFERENCE = Path("docs/results")
 MANIFEST = REFERENCE / "manifest.csv"
 SCHEMA = Path("workflow/schemas/config.schema.yaml")
+CONFIG = Path("config/config.yaml")  # the shipped config: the defaults docs/configuration.md shows
 LOADER = "cfmtrain (arrays in memory)"  # cfmtrain.bench.loader.OURS (tests/workflow/test_docs.py)
 
 
@@ -413,19 +414,24 @@ def _flat(value: Any) -> str:
     return text.strip().removesuffix("...").strip()
 
 
-def schema_rows(node: dict, prefix: str = "") -> Iterator[list[str]]:
-    """(key, type, default, description) of every key under `node`, depth first."""
+def schema_rows(node: dict, prefix: str = "", shipped: Any = None) -> Iterator[list[str]]:
+    """(key, type, default, description) of every key under `node`, depth first; the default is
+    the shipped config's value (`shipped`, config/config.yaml) where it sets the key, else the
+    schema's."""
     for name, child in node.get("properties", {}).items():
         key = f"{prefix}{name}"
         nested = _nested(child)
-        default = "" if nested and "properties" in nested else _flat(child.get("default"))
+        value = (shipped[name] if isinstance(shipped, dict) and name in shipped
+                 else child.get("default"))
+        default = "" if nested and "properties" in nested else _flat(value)
         yield [f"`{key}`", _schema_type(child), f"`{default}`" if default else "",
                " ".join(str(child.get("description", "")).replace(FORMATS_FIELD, formats_line())
                         .split())]
         if nested is not None:
             inner = f"{key}.<name>." if child.get("additionalProperties") is nested else (
                 f"{key}[]." if child.get("items") is nested else f"{key}.")
-            yield from schema_rows(nested, inner)
+            yield from schema_rows(nested, inner, shipped.get(name) if isinstance(
+                shipped, dict) and child is nested else None)
 
 
 def _nested(node: dict) -> dict | None:
@@ -492,9 +498,11 @@ def settings_rows(cls: type = TrainConfig, prefix: str = "") -> Iterator[list[st
 def config_reference(root: Path) -> str:
     schema = with_defaults(yaml.safe_load((root / SCHEMA).read_text()))
     sections = ["## Workflow config\n\nThe keys of `config/*.yaml` (a `--configfile` merges over "
-                "`config/config.yaml`). Unknown keys are errors.\n\n"
-                + markdown_table(["key", "type", "default", "description"],
-                                 list(schema_rows(schema)))]
+                "`config/config.yaml`). Unknown keys are errors. A default is the value of the "
+                "shipped `config/config.yaml`, or the schema's where that file leaves the key "
+                "out.\n\n"
+                + markdown_table(["key", "type", "default", "description"], list(schema_rows(
+                    schema, shipped=yaml.safe_load((root / CONFIG).read_text()))))]
     for cls in (TrainConfig, ModelConfig, BatchConfig, OptimConfig, StageTwoConfig):
         section = SECTIONS.get(cls)
         rows = [row for row in settings_rows() if row[0].startswith(f"`{section}.")
