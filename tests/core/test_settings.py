@@ -24,7 +24,7 @@ from helpers import REPO
 from cfmtrain import config_sections, settings
 from cfmtrain.bench import accuracy, balance, graphs, kernels, loader
 from cfmtrain.bench.accuracy_settings import AccuracySettings
-from cfmtrain.bench.settings import BenchSettings
+from cfmtrain.bench.settings import RENAMED, BenchSettings
 from cfmtrain.config_sections import SECTIONS
 from cfmtrain.settings import DEST, add_settings, flag, from_args, given, leaves, setting
 from cfmtrain.simulate import allreduce
@@ -198,7 +198,8 @@ def test_presets_and_algorithms_are_the_settings_choices():
         return set(typing.get_args(dict((k, h) for k, h, _ in leaves(cls))[key]))
 
     assert set(sweep_cli.PRESETS) == choices(SweepSettings, "preset")
-    assert set(accuracy.PRESETS) == choices(AccuracySettings, "preset")
+    old_names = {old for old, new in RENAMED.items() if "accuracy" in new}
+    assert set(accuracy.PRESETS) | {"model"} | old_names == choices(AccuracySettings, "preset")
     for module in (graphs, balance, loader):
         assert set(module.PRESETS) == choices(BenchSettings, "preset"), module.__name__
     assert set(allreduce.ALGORITHMS) == choices(SimulateSettings, "network.algorithm")
