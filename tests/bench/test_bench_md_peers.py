@@ -140,6 +140,7 @@ def test_bench_md_races_symmetrix_on_the_same_model(tmp_path, request):
     csv, png = tmp_path / "md.csv", tmp_path / "md.png"
     # Symmetrix-XL compiles a plugin per model shape and dtype (minutes): kept between runs
     jit = request.config.cache.mkdir("symmetrix-jit")
+    jit.chmod(0o700)  # Symmetrix-XL loads plugins only from a private folder
     env = {**os.environ, "SYMMETRIX_JIT_CACHE": str(jit)}
     subprocess.run([sys.executable, "-m", "cfmtrain", "bench", "md", "--preset", "test",
                     "--systems", "fcc", "--impls", "fused", "mace", "symmetrix", "--threads",
