@@ -21,6 +21,10 @@ pytestmark = pytest.mark.dist  # two gloo ranks in their own processes
 BATCHES = [[0], [1, 2, 4]]  # training positions per rank: 1 graph vs 3 (uneven)
 STRESS_WEIGHT = 10.0
 
+# a rank runs this file as a script: tests/ (helpers) on its path, as pytest puts it
+TESTS_PATH = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                           os.environ.get("PYTHONPATH")]))
+
 
 def gradient_worker(store: Path, split: Path, out: Path) -> None:
     """One rank: build the run (float64), forward/backward on BATCHES[rank] with DDP's
@@ -75,7 +79,7 @@ def test_two_ranks_give_gradient_of_union(tmp_path):
     store, split, _ = make_store(tmp_path / "store", n=12)
     port = free_port()
     procs = [subprocess.Popen([sys.executable, __file__, str(store), str(split), str(tmp_path)],
-                              env=rank_env(r, 2, port), cwd=REPO,
+                              env={**rank_env(r, 2, port), "PYTHONPATH": TESTS_PATH}, cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(2)]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
@@ -133,5 +137,4 @@ def test_dead_rank_fails_the_other_within_timeout(tmp_path):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     gradient_worker(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))

@@ -378,7 +378,7 @@ def test_readme_example_plans_as_written(tmp_path):
     output = snakemake(repo, "-n", "--printshellcmds", *command.split()[1:])
     assert re.search(r"cfmtrain bench accuracy --graphs results/graphs/tial "
                      r"results/graphs/ethanol --split results/graphs/real_dft/split\.npz", output)
-    assert "--name real_dft_goals" in output
+    assert "--name real_dft_medium" in output
     # the union: ethanol's isolated-atom E0s held fixed, TiAl's elements fitted to the rest
     fixed = (r"--set \W*model\.e0s=\W*fit\W* --set \W*model\.e0s_fixed="
              r"\[\W*results/data/ethanol/frames/e0s\.json\W*\]")
