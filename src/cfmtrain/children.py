@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -114,30 +113,17 @@ def _start_worker(parent: int, leftovers: str | None) -> None:
 
 def pool(processes: int) -> multiprocessing.pool.Pool:
     """A multiprocessing pool (spawn start method) whose workers die with this process and
-    ignore SIGINT (module docstring of cfmtrain.crash: their leftovers are listed with this
-    process's)."""
+    ignore SIGINT once started (module docstring of cfmtrain.crash: their leftovers are listed
+    with this process's). A Ctrl-C in the fraction of a second while a worker starts, before its
+    initializer runs, stops it with a traceback of its own; the pool's owner stops as ever."""
     import multiprocessing  # lazy: the keeper, which runs this file, never needs it
 
     from cfmtrain import crash  # lazy: as above
 
     leftovers = crash.where.leftovers
-    # Workers are born with SIGINT ignored (kept across exec; Python then installs no
-    # KeyboardInterrupt handler), so a Ctrl-C while they start up prints no traceback from their
-    # imports. This thread blocks SIGINT while the pool launches them (milliseconds): a blocked
-    # signal is kept pending even while ignored, and is received here once they are launched
-    # (one that another thread of this process takes in those milliseconds is lost).
-    main = threading.current_thread() is threading.main_thread()
-    if main:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        return multiprocessing.get_context("spawn").Pool(
-            processes, initializer=_start_worker,
-            initargs=(os.getpid(), None if leftovers is None else str(leftovers)))
-    finally:
-        if main:
-            signal.signal(signal.SIGINT, previous)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    return multiprocessing.get_context("spawn").Pool(
+        processes, initializer=_start_worker,
+        initargs=(os.getpid(), None if leftovers is None else str(leftovers)))
 
 
 class Popen(subprocess.Popen):

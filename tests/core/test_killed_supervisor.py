@@ -93,11 +93,38 @@ def test_the_next_writer_removes_temporary_files_of_writers_that_are_gone(tmp_pa
         alive.wait()
 
 
+def workers_started(proc: subprocess.Popen, count: int, timeout: float = 120) -> None:
+    """Wait until `count` pool workers of the command's process group have started (their
+    initializer ran: SIGINT ignored)."""
+    end = time.time() + timeout
+    while time.time() < end and proc.poll() is None:
+        started = 0
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                pid = int(status.parent.name)
+                cmdline = (status.parent / "cmdline").read_bytes()
+                ignored = next(line for line in status.read_text().splitlines()
+                               if line.startswith("SigIgn:"))
+                same_group = os.getpgid(pid) == proc.pid
+            except (OSError, StopIteration, ValueError):
+                continue
+            if (same_group and b"spawn_main" in cmdline and b"resource_tracker" not in cmdline
+                    and int(ignored.split()[1], 16) >> (signal.SIGINT - 1) & 1):
+                started += 1
+        if started >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no {count} started workers: {proc.communicate()}")
+
+
 def test_ctrl_c_to_a_command_with_pool_workers_prints_one_line(tmp_path):
+    """Once its workers run (children.pool: a Ctrl-C while one starts may stop it with a
+    traceback of its own), a Ctrl-C stops the command with one line and leaves nothing."""
     out, tmp = tmp_path / "G", tmp_path / "tmp"
     tmp.mkdir()
     proc = generate(out, tmp)
     writing(out, proc)
+    workers_started(proc, 2)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: every process of the group
     _, err = proc.communicate(timeout=120)
     lines = [x for x in err.replace("\r", "\n").splitlines()
