@@ -5,12 +5,23 @@ tests/train/test_train_run.py does with the kernel variant)."""
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
 pytest.register_assert_rewrite("helpers")  # its asserts report like a test module's
 
 from helpers import make_store, train  # noqa: E402
+
+
+def pytest_configure(config):
+    """The tests that signal the commands they start need the default dispositions, whatever
+    the shell gave this process: a background job ignores SIGINT, `nohup` SIGHUP, and the
+    commands would inherit that."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,8 @@ import marked `# lazy:`), which keep heavy libraries out of processes that do no
 - config_check.py, simulate/cli.py: train.model or train.model_check (mace, e3nn: seconds) only
   to check or build a model; train/model_check.py: train.model, which imports the checks, for
   the trial build.
+- docs.py: the figures' drawing code (matplotlib) only where a picture is redrawn; `--check`
+  compares digests.
 - children.py: crash, for a pool's workers (the keeper runs children.py as a script, no cfmtrain).
 - measure/repeats.py: train.checkpoint, train.summary (torch) once `cell`'s arguments are checked.
 - bench/kernels.py, bench/md.py (their children run them), bench/kernels_worker.py,

@@ -53,6 +53,7 @@ from cfmtrain.paper import (
     WEAK_SCALING,
 )
 from cfmtrain.readers.read import formats
+from cfmtrain.sources.registry import DATASETS
 from cfmtrain.train import presets
 from cfmtrain.train.config import (
     RANGES,
@@ -707,8 +708,6 @@ def paper_table(root: Path) -> str:
 
 def datasets_table() -> str:
     """docs/paper.md's table of the data sets of the registry (cfmtrain.sources.registry)."""
-    from cfmtrain.sources.registry import DATASETS
-
     rows = [[f"`{d.name}`", d.paper_name, d.source, d.license,
              f"[{d.doi}](https://doi.org/{d.doi})" if d.doi else "",
              " ".join(f"<{f.url}>" for f in d.files) or " ".join(d.instructions.split())[:200]]
@@ -724,25 +723,25 @@ RULEGRAPH = FIGURES / "rulegraph.dot"  # `snakemake --cores 1 --rulegraph dot al
 
 
 def _ablation_png(paths: list[Path], output: Path) -> None:
-    from cfmtrain.plots.ablation import draw_ablation
+    from cfmtrain.plots.ablation import draw_ablation  # lazy: matplotlib
     draw_ablation(pd.read_csv(paths[0]), output,
                   "Figure 6: speed-up over baseline (mini, 2-core CPU host)")
 
 
 def _accuracy_png(paths: list[Path], output: Path) -> None:
-    from cfmtrain.plots.accuracy import draw_time_to_target
+    from cfmtrain.plots.accuracy import draw_time_to_target  # lazy: matplotlib
     draw_time_to_target(pd.read_csv(paths[0]), output,
                         "Time to accuracy on mini (2-core CPU host)")
 
 
 def _graphs_per_rank_png(paths: list[Path], output: Path) -> None:
-    from cfmtrain.plots.graphs_per_rank import draw_graphs_per_rank
+    from cfmtrain.plots.graphs_per_rank import draw_graphs_per_rank  # lazy: matplotlib
     draw_graphs_per_rank(pd.read_csv(paths[0]), output,
                          "Figure 12: graphs per rank per step on mini, fixed count and Algorithm 1")
 
 
 def _rulegraph_png(paths: list[Path], output: Path) -> None:
-    from cfmtrain.plots.rulegraph import draw_rulegraph
+    from cfmtrain.plots.rulegraph import draw_rulegraph  # lazy: matplotlib
     draw_rulegraph(paths[0].read_text(), output, "The rules of target `all` (inputs left)")
 
 

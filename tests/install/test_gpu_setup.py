@@ -74,7 +74,8 @@ def test_the_constraint_is_pyprojects_torch():
 
 
 def test_make_gpu_wheels_runs_the_download_script():
-    result = subprocess.run(["make", "-n", "gpu-wheels", "PYTHON_VERSION=3.11", "CUDA=cu13",
+    result = subprocess.run(["make", "--no-print-directory", "-n", "gpu-wheels",
+                             "PYTHON_VERSION=3.11", "CUDA=cu13",
                              "GPU_WHEELS=somewhere"], cwd=REPO, capture_output=True, text=True)
     recipe = result.stdout.replace("\\\n", " ").splitlines()[-1]
     assert shlex.split(recipe) == ["python", "scripts/gpu_wheels.py", "--python-version", "3.11",
@@ -93,7 +94,8 @@ def test_make_gpu_check_runs_bench_gpu_in_the_node_venv_else_in_dot_venv(tmp_pat
                          text=True, timeout=60)
     assert ran.stdout.splitlines() == [f"{python} -m cfmtrain bench gpu",
                                        "-m cfmtrain bench gpu"]
-    planned = subprocess.run(["make", "-n", "gpu-check", f"GPU_VENV={tmp_path / 'none'}"],
+    planned = subprocess.run(["make", "--no-print-directory", "-n", "gpu-check",
+                              f"GPU_VENV={tmp_path / 'none'}"],
                              cwd=REPO, capture_output=True, text=True, timeout=60)
     assert "py=python; fi" in planned.stdout and "$py -m cfmtrain bench gpu" in planned.stdout
 
