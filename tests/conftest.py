@@ -8,6 +8,7 @@ import os
 import signal
 
 import pytest
+import torch
 
 pytest.register_assert_rewrite("helpers")  # its asserts report like a test module's
 
@@ -22,6 +23,15 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+@pytest.fixture(autouse=True)
+def _default_dtype():
+    """Every test starts from torch's default dtype of the session's start: code a test runs
+    in this process may set it process-wide (mace-torch's MACECalculator does)."""
+    start = torch.get_default_dtype()
+    yield
+    torch.set_default_dtype(start)
 
 
 @pytest.fixture(scope="module")
