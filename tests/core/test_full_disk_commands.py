@@ -45,6 +45,7 @@ def leftovers(folder: Path) -> list[Path]:
             or p.name == ".parts"]
 
 
+@pytest.mark.slow  # about 12 s each
 @pytest.mark.parametrize("workers", [1, 2])
 def test_convert_on_a_full_disk_names_the_file(tmp_path, disk, workers):
     source = tmp_path / "big.xyz"

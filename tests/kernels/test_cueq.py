@@ -52,6 +52,7 @@ def test_conv_and_its_derivatives_match_e3nn(float64_default, hidden, lmax):
         assert rel_err(a, b) < 1e-10
 
 
+@pytest.mark.slow  # 10-30 s each on 2 cores
 @pytest.mark.parametrize("shape", SC_SHAPES, ids=[str(s) for s in SC_SHAPES])
 def test_symmetric_contraction_and_its_gradients_match_e3nn(shape):
     sc = make_sc(*shape)
@@ -112,6 +113,7 @@ def test_whole_models_match_e3nn_in_float64_and_float32(name):
         assert rel_err(got.double(), exact) <= 4 * rel_err(own.double(), exact) + 1e-6
 
 
+@pytest.mark.slow  # 10-30 s each on 2 cores
 def test_a_cuda_device_gets_both_kernels_through_cueq(monkeypatch):
     """The device query says CUDA: the choice alone puts both kernels on cuEquivariance
     (run on its fallback here), and unfusing gives mace-torch's modules back."""
@@ -135,6 +137,7 @@ def test_a_cuda_device_gets_both_kernels_through_cueq(monkeypatch):
     assert all(type(p.symmetric_contractions) is SymmetricContraction for p in model.products)
 
 
+@pytest.mark.slow  # 10-30 s each on 2 cores
 def test_a_cueq_model_pickles_as_mace_torch_modules(tmp_path):
     model = small_model()
     batch = batch_dict(atoms((2, 2, 1)))
