@@ -28,15 +28,6 @@ from cfmtrain.kernels.radial import FoldedRadialMLP
 from cfmtrain.kernels.shapes import CONV_SHAPES
 
 
-@pytest.fixture
-def float64_default():
-    """Build mace modules in float64 so that their CG buffers are float64-exact."""
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
-
-
 def mace_conv(tp, x, y, w, edge_index):
     return scatter_sum(tp(x[edge_index[0]], y, w), edge_index[1], dim=0, dim_size=x.shape[0])
 

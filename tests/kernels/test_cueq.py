@@ -32,14 +32,6 @@ from cfmtrain.kernels.cueq import ChannelwiseConvCueq, SymmetricContractionCueq
 from cfmtrain.kernels.shapes import CONV_SHAPES, SC_SHAPES
 
 
-@pytest.fixture
-def float64_default():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
-
-
 @pytest.mark.parametrize("hidden,lmax", CONV_SHAPES)
 def test_conv_and_its_derivatives_match_e3nn(float64_default, hidden, lmax):
     tp = make_tp(hidden, lmax)

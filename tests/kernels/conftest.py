@@ -1,0 +1,15 @@
+"""Fixtures of the kernel tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture
+def float64_default():
+    """Build mace modules in float64 so that their CG buffers are float64-exact."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
