@@ -35,7 +35,7 @@ from cfmtrain.graphs.build import atoms_to_graph
 from cfmtrain.graphs.store import GraphStore, write_shard
 from cfmtrain.measure.paired import run_rounds
 from cfmtrain.train.build import load_parts, training_stats
-from cfmtrain.train.config import load_config
+from cfmtrain.train.config import load_config, validate
 
 
 @pytest.mark.parametrize("mae, target, expected", [
@@ -231,6 +231,28 @@ def test_extra_epochs_resume_only_runs_short_of_the_target(tmp_path, monkeypatch
         == pytest.approx([5.0, 5.0, 5.0, 2])
     overall = pd.read_csv(out / "accuracy_fake_overall.csv").set_index("run")
     assert overall.loc["baseline", "ratio_median"] == pytest.approx(0.8)
+
+
+def test_fixed_e0s_are_held_and_every_run_gets_a_valid_config(tmp_path, monkeypatch):
+    """A fit with some elements held (a union whose member gives isolated-atom energies, as the
+    real-DFT race's ethanol does): the E0s are fitted once, with the held ones kept, and the runs'
+    config (which then carries the fitted mapping) passes the checks `cfmtrain train` makes."""
+    store, split, _ = make_store(tmp_path / "store", n=12)
+    seen = []
+
+    def train_paired(bench, store, parts, e0s, variants):
+        seen.append((validate(bench.cfg).model.e0s, dict(e0s)))
+        return fake_paired([], lambda bench, run: [50.0])(bench, store, parts, e0s, variants)
+
+    monkeypatch.setattr(accuracy, "train_paired", train_paired)
+    parser = argparse.ArgumentParser()
+    accuracy.add_arguments(parser)
+    assert accuracy.run(parser.parse_args([
+        "--graphs", str(store), "--split", str(split), "--epochs", "1", "--extra-epochs", "0",
+        "--set", "model.e0s=fit", "--set", 'model.e0s_fixed={"Cu": -3.25}', "--name", "fixed",
+        "--output-dir", str(tmp_path / "bench"), "--figure", str(tmp_path / "f.png")])) == 0
+    (given, e0s), = seen
+    assert given == e0s and e0s[29] == -3.25 and sorted(e0s) == [28, 29]
 
 
 @pytest.mark.slow

@@ -346,7 +346,7 @@ def run_seed(args: argparse.Namespace, s: AccuracySettings, seed: int, store,
     parts = load_parts(store, args.split_path, cfg)
     stats = training_stats(cfg, store, parts)  # every run gets exactly these E0s
     e0s = dict(zip(stats.zs, stats.e0s, strict=True))
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, e0s=e0s))
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, e0s=e0s, e0s_fixed=[]))
     work.mkdir(parents=True, exist_ok=True)
     bench = Bench(cfg=cfg, graphs=[g.resolve() for g in graphs],
                   split=args.split_path.resolve(), ranks=s.ranks,
