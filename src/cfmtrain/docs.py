@@ -199,6 +199,12 @@ RESULTS = (
            "snakemake --profile profiles/local accuracy", _accuracy,
            ("run", "seeds", "epoch_s", "time_to_target_s", "speedup", "mae_e_ratio",
             "mae_f_ratio", "data_wait_pct")),
+    Result("Time to accuracy on real DFT data, the model target's settings",
+           "accuracy_real_dft_model.csv", "results/bench/accuracy_real_dft_model_overall.csv",
+           "snakemake --profile profiles/local accuracy --configfile config/real_dft.yaml "
+           "config/real_dft_model.yaml", _accuracy,
+           ("run", "seeds", "equal_epochs", "epoch_s", "time_to_target_s", "speedup",
+            "mae_e_ratio", "mae_f_ratio", "data_wait_pct")),
     Result("Loader", "loader_quick.csv", "results/bench/loader_quick.csv",
            "cfmtrain bench loader --preset quick", _loader,
            ("method", "graphs_per_batch", "graphs_per_s", "vs_mace", "identical_to_mace")),

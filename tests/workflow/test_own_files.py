@@ -383,6 +383,13 @@ def test_readme_example_plans_as_written(tmp_path):
     fixed = (r"--set \W*model\.e0s=\W*fit\W* --set \W*model\.e0s_fixed="
              r"\[\W*results/data/ethanol/frames/e0s\.json\W*\]")
     assert re.search(fixed, output)
+    # config/real_dft_model.yaml over it: the same race with the model target's settings
+    command += " config/real_dft_model.yaml"
+    assert command in (REPO / "docs/accuracy.md").read_text()
+    (repo / "config/real_dft_model.yaml").symlink_to(REPO / "config/real_dft_model.yaml")
+    output = snakemake(repo, "-n", "--printshellcmds", *command.split()[1:])
+    assert "--name real_dft_model" in output and re.search(fixed, output)
+    assert re.search(r"--settings \W*\{\W*preset\W*:\W*model\W*,", output)
     cell = snakemake(repo, "-n", "--printshellcmds", "results/train/real_dft/both/r2/summary.json",
                      "--configfile", "config/real_dft.yaml")  # a training cell: the same E0s
     assert re.search(fixed, cell) and "cfmtrain cell" in cell
