@@ -30,7 +30,7 @@ run: setup
 check: setup
 	ruff check .
 	lint-imports
-	cfmtrain docs --check
+	@# the fast tier checks the generated docs too (tests/workflow/test_docs.py)
 	python -m pytest -q -m "$(FAST)" --durations=10
 
 test: setup

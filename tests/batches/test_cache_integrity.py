@@ -210,6 +210,7 @@ FULL = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_cache_that_does_not_fit_on_disk_is_said_and_held_in_memory(tmp_path):
     assert resource.getrlimit(resource.RLIMIT_FSIZE)[1] == resource.RLIM_INFINITY
     run = subprocess.run([sys.executable, "-c", FULL, str(tmp_path)], capture_output=True,

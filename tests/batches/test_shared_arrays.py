@@ -7,6 +7,7 @@ import json
 import multiprocessing
 
 import numpy as np
+import pytest
 import torch
 from helpers import CUTOFF, emt_frames
 from mace.tools import AtomicNumberTable
@@ -59,6 +60,7 @@ def test_memory_and_disk_batches_agree_and_the_arrays_are_files(tmp_path):
     assert len(list((tmp_path / "s" / FOLDER).iterdir())) == 2  # the arrays and their lock
 
 
+@pytest.mark.slow
 def test_processes_map_the_arrays_the_first_wrote(tmp_path):
     make_store(tmp_path / "s")
     ctx = multiprocessing.get_context("spawn")

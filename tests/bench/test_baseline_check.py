@@ -11,6 +11,7 @@ from cfmtrain.bench.baseline_check import interleaved
 from cfmtrain.train.config import load_config
 
 
+@pytest.mark.slow
 def test_interleaved_steps_are_paired_rounds(tmp_path):
     store, split, _ = make_store(tmp_path / "store", n=16)
     cfg = load_config(None, [*TINY, "batch.graphs_per_batch=3", "variant=baseline",

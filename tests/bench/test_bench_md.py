@@ -115,6 +115,7 @@ def test_bench_md_end_to_end(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_a_failing_configuration_is_a_row_not_a_crash():
     """In a child, as the bench runs it (a configuration sets process-wide torch state)."""
     bad = {"system": "fcc", "shape": "tiny", "atoms": 8, "impl": "fused", "steps": 3,

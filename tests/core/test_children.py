@@ -268,6 +268,7 @@ def test_exit_status_and_usage_read_as_the_commands():
         children.run([sys.executable, "-c", "raise SystemExit(2)"], check=True)
 
 
+@pytest.mark.slow
 def test_a_timeout_kills_all_below_the_command(tmp_path):
     """subprocess.run would kill the command alone: its child, in a process group of its own,
     would run on (and hold the output pipe open)."""
@@ -284,6 +285,7 @@ def _sigint_handler(_) -> object:
     return signal.getsignal(signal.SIGINT)
 
 
+@pytest.mark.slow
 def test_a_pool_leaves_its_owner_as_it_was_and_its_workers_ignore_ctrl_c():
     """Started workers ignore SIGINT; a Ctrl-C reaches the pool's owner, its handler as before."""
     got: list[int] = []

@@ -58,6 +58,7 @@ def test_convert_on_a_full_disk_names_the_file(tmp_path, disk, workers):
     assert leftovers(disk) == [] and list(out.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_generate_on_a_full_disk_names_the_shard(disk):
     out = disk / "mini"
     done = cfmtrain("generate", "--preset", "mini", "--scale", "0.3", "--workers", "2",
@@ -70,6 +71,7 @@ def pages(path: Path) -> int:
     return -(-path.stat().st_size // PAGE) * PAGE
 
 
+@pytest.mark.slow
 def test_a_figure_whose_pdf_does_not_fit_is_named(tmp_path, disk):
     store = make_store(tmp_path / "store", n=30)[0]
     shard = store / "shard_0000.h5"
@@ -87,6 +89,7 @@ def test_a_figure_whose_pdf_does_not_fit_is_named(tmp_path, disk):
     assert leftovers(disk) == [] and not (disk / "fig05.pdf").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["split", "stats"])
 def test_split_and_stats_on_a_full_disk_name_the_file(tmp_path, disk, command):
     store = make_store(tmp_path / "store", n=30)[0]

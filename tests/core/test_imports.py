@@ -62,6 +62,7 @@ class _Malicious:
         return os.mkdir, (self.path,)
 
 
+@pytest.mark.slow
 def test_importing_cfmtrain_keeps_torch_load_safe(tmp_path):
     torch = pytest.importorskip("torch")
     marker = tmp_path / "ran"

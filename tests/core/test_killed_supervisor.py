@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from helpers import REPO
 
 from cfmtrain.atomic import atomic_path
@@ -48,6 +49,7 @@ def group_gone(pgid: int, timeout: float = 30) -> None:
     raise AssertionError(f"processes of group {pgid} still run")
 
 
+@pytest.mark.slow
 def test_a_killed_supervisors_leftovers_are_removed_by_the_next(tmp_path):
     out, tmp = tmp_path / "G", tmp_path / "tmp"
     tmp.mkdir()
@@ -117,6 +119,7 @@ def workers_started(proc: subprocess.Popen, count: int, timeout: float = 120) ->
     raise AssertionError(f"no {count} started workers: {proc.communicate()}")
 
 
+@pytest.mark.slow
 def test_ctrl_c_to_a_command_with_pool_workers_prints_one_line(tmp_path):
     """Once its workers run (children.pool: a Ctrl-C while one starts may stop it with a
     traceback of its own), a Ctrl-C stops the command with one line and leaves nothing."""

@@ -219,6 +219,7 @@ def test_a_column_is_spelled_only_beside_its_record():
     assert respelt(sources()) == []
 
 
+@pytest.mark.slow
 def test_a_reader_that_spells_a_column_again_fails():
     found = sources()
     reader = ("from cfmtrain.measure.group_tables import read_paired\n"

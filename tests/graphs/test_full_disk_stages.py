@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import ase.io
+import pytest
 from ase.build import bulk
 from ase.calculators.emt import EMT
 from helpers import REPO
@@ -35,6 +36,7 @@ def limited(limit: int):
     return start
 
 
+@pytest.mark.slow
 def test_a_graph_shard_that_does_not_fit_is_named_in_one_line(tmp_path):
     source = tmp_path / "frames.extxyz"
     ase.io.write(source, frames(40), format="extxyz")

@@ -128,6 +128,7 @@ def md_trajectory(calc, steps=15):
     return frames
 
 
+@pytest.mark.slow
 def test_fully_fused_model_runs_md_in_mace_calculator(tmp_path):
     path = tmp_path / "small.model"
     torch.save(small_model(reduced=True), path)  # as mace users save and share models

@@ -51,6 +51,7 @@ def test_several_multiplicities_are_refused():
         FusedReshape(reshape_irreps(o3.Irreps("4x0e+2x1o")))
 
 
+@pytest.mark.slow
 def test_fused_reshape_in_a_model_matches_mace_and_round_trips():
     assert_swap_exact_and_round_trips(fuse_reshapes, unfuse_reshapes, "reshape", FusedReshape,
                                       1e-13)

@@ -81,6 +81,7 @@ def test_a_group_trains_its_variants_in_paired_rounds(data, tmp_path):
     np.testing.assert_allclose(losses["both"], losses["balancer"], rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_group_that_cannot_be_paired_is_refused(data, tmp_path):
     out = tmp_path / "group"
     result = rounds(data, out, "--variants", "kernel", "both", ranks=1)

@@ -52,6 +52,7 @@ def _training(tmp_path, name: str, epochs: int, spin: float) -> EpochTurns:
                       tmp_path / f"{name}.log", lambda: len(_lines(out)))
 
 
+@pytest.mark.slow
 def test_turns_alternate_stop_the_whole_tree_and_correct_epoch_times(tmp_path):
     spin = {"a": 0.2, "b": 0.8}
     with _training(tmp_path, "a", 3, spin["a"]) as a, _training(tmp_path, "b", 3, spin["b"]) as b:

@@ -163,6 +163,7 @@ def figure(name: str, inputs: list, output, *extra: str) -> pd.DataFrame:
     return pd.read_csv(output.with_suffix(".csv"))
 
 
+@pytest.mark.slow
 def test_every_measured_figure_writes_its_table(ablation_cells, tmp_path):
     out = tmp_path / "figures"
     fig06 = figure("fig06_ablation", ablation_cells, out / "fig06_ablation.png")
@@ -194,6 +195,7 @@ def test_every_measured_figure_writes_its_table(ablation_cells, tmp_path):
     assert base.compute_share.iloc[0] == pytest.approx(parts[:, 0].sum() / parts.sum())
 
 
+@pytest.mark.slow
 def test_sweep_and_simulated_figures_write_their_tables(tmp_path):
     rows = [{"molecules": m, "subset": "s", "dtype": d, "graphs": g, "distinct_graphs": g,
              "atoms": g * a, "edges": 0, "step_s": 0.1 + g * a * 1e-4,

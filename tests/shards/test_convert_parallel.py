@@ -51,6 +51,7 @@ def inputs(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_registered_data_in_parts_equals_one_process(inputs, monkeypatch):
     monkeypatch.setattr(parts, "PART_FRAMES", 6)  # a.extxyz in 7 parts, b in 2
     files = [inputs / "a.extxyz", inputs / "b.extxyz"]
@@ -66,6 +67,7 @@ def test_registered_data_in_parts_equals_one_process(inputs, monkeypatch):
     assert not (inputs / "many" / ".parts").exists()
 
 
+@pytest.mark.slow
 def test_skipped_frames_and_the_first_error_are_the_same(inputs, monkeypatch):
     monkeypatch.setattr(parts, "PART_FRAMES", 5)
     bad = frames(23, 4)
@@ -88,6 +90,7 @@ def test_skipped_frames_and_the_first_error_are_the_same(inputs, monkeypatch):
     assert errors[0] == errors[1] and "frame 7" in errors[0]
 
 
+@pytest.mark.slow
 def test_own_data_in_parts_equals_one_process(inputs, monkeypatch):
     monkeypatch.setattr(parts, "PART_FRAMES", 4)
     mixed = frames(13, 5)
@@ -126,6 +129,7 @@ def test_offsets_start_the_frames_they_name(tmp_path):
     assert len(frame_offsets(tmp_path / "cut.extxyz", 1)) < len(written)  # stops at the cut
 
 
+@pytest.mark.slow
 def test_an_empty_file_in_a_worker_is_named(inputs):
     (inputs / "empty.extxyz").write_text("")
     with pytest.raises(EmptyInputError, match="empty.extxyz: no frames"):

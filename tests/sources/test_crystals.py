@@ -63,6 +63,7 @@ def test_mixed_labels_are_derivatives_of_the_energy():
             stress[a, b], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_statistics_are_mptrj_like():
     frames = [crystals.make_frame(0, i) for i in range(2000)]
     sizes = np.array([len(f) for f in frames])
@@ -85,6 +86,7 @@ def _frames(folder):
     return out
 
 
+@pytest.mark.slow
 def test_frames_do_not_depend_on_shards_or_workers(tmp_path):
     one = crystals.generate_crystals(tmp_path / "one", 60, seed=3, num_shards=1, workers=1)
     three = crystals.generate_crystals(tmp_path / "three", 60, seed=3, num_shards=3, workers=2)
@@ -99,6 +101,7 @@ def test_frames_do_not_depend_on_shards_or_workers(tmp_path):
     assert other["shards"][0]["sha256"] != one["shards"][0]["sha256"]
 
 
+@pytest.mark.slow
 def test_generate_command_needs_graphs_for_crystals(tmp_path):
     def generate(*words):
         return subprocess.run([sys.executable, "-m", "cfmtrain", "generate", "--output-dir",
@@ -118,6 +121,7 @@ def test_generate_command_needs_graphs_for_crystals(tmp_path):
 SCALE_PAGE = REPO / "docs" / "scale.md"
 
 
+@pytest.mark.slow
 def test_the_pages_generate_line_runs_as_written(tmp_path):
     blocks = re.findall(r"```bash\n(.*?)```", SCALE_PAGE.read_text(), re.S)
     [line] = [c for b in blocks for c in b.splitlines() if c.startswith("cfmtrain generate")]

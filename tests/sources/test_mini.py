@@ -60,6 +60,7 @@ def test_counts_follow_the_paper_shares():
         subset_counts(0.0)
 
 
+@pytest.mark.slow
 def test_same_seed_is_byte_identical_for_any_worker_count(mini_dir, tmp_path):
     generate_mini(tmp_path, scale=SCALE, seed=0, num_shards=3, workers=2)
     assert _bytes(tmp_path) == _bytes(mini_dir)
@@ -264,6 +265,7 @@ def test_labels_must_be_finite():
         mace_frame(atoms, 0.0, np.zeros((1, 3)))
 
 
+@pytest.mark.slow
 def test_cli_writes_the_same_files_as_the_api(tmp_path):
     cli_dir, api_dir = tmp_path / "cli", tmp_path / "api"
     cmd = [sys.executable, "-m", "cfmtrain", "generate", "--output-dir", str(cli_dir),

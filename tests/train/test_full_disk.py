@@ -97,6 +97,7 @@ def _limit_file_size(size: int):
     return limit
 
 
+@pytest.mark.slow
 def test_writers_over_a_file_size_limit_name_the_file(tmp_path):
     prepare(tmp_path)
     before = existing(tmp_path)

@@ -182,6 +182,7 @@ def test_sigterm_inside_stage_two_resumes_exactly(data, tmp_path, monkeypatch, c
     assert summaries[1]["resumed_epochs"] == [3]
 
 
+@pytest.mark.slow
 def test_bar_of_epochs_shows_the_validation_errors(data, tmp_path, capsys):
     assert train(data[0], data[1], tmp_path, "epochs=2", "progress=true", "keep_best=true") == 0
     err = capsys.readouterr().err

@@ -28,6 +28,7 @@ def nan_store(folder, part: str):
     return store, split, bad
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("part, what", [("valid", "validation after epoch 0"),
                                         ("test", "test set")])
 def test_nan_metric_fails_the_run(tmp_path, part, what):

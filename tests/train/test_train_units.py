@@ -165,6 +165,7 @@ def test_loss_equals_mace_loss(store, model64, stress_weight):
                                rtol=1e-12, atol=0)
 
 
+@pytest.mark.slow
 def test_same_seed_same_initial_weights(store):
     folder = store[0]
     a, b, c = (tiny_model(folder, torch.float32, seed) for seed in (5, 5, 6))
@@ -266,6 +267,7 @@ def test_baseline_check_settings_parse_in_mace(tmp_path):
     assert args.radial_MLP == "[8, 8]" and args.model == "ScaleShiftMACE"
 
 
+@pytest.mark.slow
 def test_epoch_normalized_loss_weighs_every_graph_alike(store, model64):
     """Summed over an epoch, the loss divided by the epoch's mean counts per step (balanced
     variants) is the same however the graphs are batched into as many steps: each graph's energy

@@ -45,6 +45,7 @@ def test_largest_batches_are_the_samplers_largest(strategy, rank):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
 def test_warm_up_runs_once_per_peak_and_leaves_the_run_as_it_was(data, tmp_path, monkeypatch):
     monkeypatch.setattr(warmup, "_peak", {"atoms": 0, "edges": 0})  # a fresh process
     cfg = load_config(overrides=[*TINY, "epochs=2"])

@@ -149,6 +149,7 @@ def merged(base: dict, overlay: dict) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_the_shipped_configs_pass():
     check_workflow_config(DEFAULT)
     paper = yaml.safe_load((REPO / "config/paper.yaml").read_text())

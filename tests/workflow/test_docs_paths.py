@@ -43,6 +43,7 @@ def test_documented_paths_are_found():
     assert documented_paths()
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("path", documented_paths())
 def test_documented_path_is_an_output_of_make_run(path, declared):
     assert any(fnmatch.fnmatchcase(f, path) for f in declared), path

@@ -39,6 +39,7 @@ def test_a_changed_source_makes_its_picture_stale_and_docs_redraws_it(tmp_path):
         REPO / docs.FIGURES / "ablation.png").read_bytes()
 
 
+@pytest.mark.slow
 def test_rulegraph_source_is_the_workflows(tmp_path):
     """docs/figures/rulegraph.dot has the rules and edges of `snakemake --rulegraph dot all`
     (refresh: `snakemake --cores 1 --rulegraph dot all > docs/figures/rulegraph.dot`)."""

@@ -34,8 +34,9 @@ def sections(page: str) -> dict[str, str]:
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["bench", "md", "--help"],
-                                  ["docs", "--help"]], ids=" ".join)
+@pytest.mark.parametrize("argv", [["--help"], ["bench", "md", "--help"], ["docs", "--help"],
+                                  pytest.param(["train", "--help"], marks=pytest.mark.slow)],
+                         ids=" ".join)
 def test_help_prints_no_library_warning(argv):
     result = subprocess.run([sys.executable, "-m", "cfmtrain", *argv], capture_output=True,
                             text=True, timeout=300, env=ENV, cwd=REPO)
