@@ -8,8 +8,6 @@ import torch
 
 @pytest.fixture
 def float64_default():
-    """Build mace modules in float64 so that their CG buffers are float64-exact."""
-    old = torch.get_default_dtype()
+    """Build mace modules in float64 so that their CG buffers are float64-exact (tests/conftest.py's
+    autouse fixture restores the default dtype after the test)."""
     torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
